@@ -1,0 +1,117 @@
+"""Microbenchmarks of the torch.ops.spot.* ops, one per (op, shape, backend).
+
+    python -m pytest bench/bench_ops.py --benchmark-json=bench-ops.json        # CPU: the reference
+    SPOT_BENCH_FULL=1 python -m pytest bench/bench_ops.py ...                  # GPU: real-model shapes (DESIGN §6)
+
+Backends without a kernel for an op on this device are skipped (and reported as skipped, not as results). Each
+result records the bytes the op must touch at least (inputs read once + outputs written once) in extra_info, so a
+GPU run can be compared with the memory-bandwidth limit.
+"""
+
+import os
+
+import pytest
+import torch
+
+import spot_kernels
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+FULL = os.environ.get("SPOT_BENCH_FULL") == "1"
+I64 = torch.int64
+
+# (vocab, block, nodes, batch): CPU keeps one representative shape; FULL sweeps real-model sizes.
+SCORE_SHAPES = [(32000, 32, 8, 1)] + ([(32000, 32, 64, 1), (126464, 32, 16, 8), (151936, 16, 32, 8)] if FULL else [])
+# (frontier, block, top_k, k)
+DRAFT_SHAPES = [(64, 32, 32, 4)] + ([(2048, 32, 32, 4)] if FULL else [])
+# (batch, prefix_len, num_nodes, block)
+TREE_SHAPES = [(1, 256, 8, 32)] + ([(8, 2048, 32, 32), (1, 8192, 64, 16)] if FULL else [])
+# (batch, nodes, block)
+VERIFY_SHAPES = [(32, 8, 32)] + ([(32, 64, 32), (8, 128, 32)] if FULL else [])
+BACKENDS = ["reference", "triton", "cuda"]
+
+
+def _nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _run(benchmark, op, backend, args, shape):
+    if backend not in spot_kernels.available_backends(op, DEVICE):
+        pytest.skip(f"{backend} has no kernel for spot::{op} on {DEVICE.type}")
+    fn = getattr(torch.ops.spot, op)
+
+    def call():
+        out = fn(*args, backend=backend)
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+        return out
+
+    out = call()  # warm-up (and Triton/CUDA compilation) outside the timing
+    outs = out if isinstance(out, tuple) else (out,)
+    benchmark.extra_info.update(op=op, backend=backend, device=DEVICE.type, shape=list(shape),
+                                bytes=_nbytes(*(a for a in args if isinstance(a, torch.Tensor)), *outs))
+    benchmark(call)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", SCORE_SHAPES, ids=lambda s: "V{}-B{}-n{}-b{}".format(*s))
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_score(benchmark, backend, shape, temperature):
+    vocab, block, nodes, batch = shape
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    logits = torch.randn(batch, nodes, block, vocab, generator=g, device=DEVICE,
+                         dtype=torch.bfloat16 if DEVICE.type == "cuda" else torch.float32)
+    masked = torch.rand(batch, nodes, block, generator=g, device=DEVICE) < 0.5
+    lead = torch.zeros(batch, nodes, dtype=I64, device=DEVICE)
+    args = (logits, masked, 0, lead, lead, lead, temperature, "prob", 32)
+    _run(benchmark, "score", backend, args, shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", DRAFT_SHAPES, ids=lambda s: "F{}-B{}-K{}-k{}".format(*s))
+def test_select_children(benchmark, backend, shape):
+    frontier, block, top, k = shape
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    probs = torch.softmax(torch.randn(frontier, block, top, generator=g, device=DEVICE), -1)
+    args = (torch.randn(frontier, block, generator=g, device=DEVICE),
+            torch.rand(frontier, block, generator=g, device=DEVICE) < 0.5,
+            torch.zeros(frontier, device=DEVICE), probs,
+            torch.randint(0, 32000, (frontier, block, top), generator=g, device=DEVICE), 0,
+            torch.zeros(frontier, dtype=I64, device=DEVICE), torch.zeros(frontier, dtype=I64, device=DEVICE),
+            torch.zeros(frontier, dtype=I64, device=DEVICE), 1.0, k)
+    _run(benchmark, "select_children", backend, args, shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", TREE_SHAPES, ids=lambda s: "b{}-P{}-n{}-B{}".format(*s))
+@pytest.mark.parametrize("op", ["tree_mask", "tree_mask_packed", "tree_position_ids"])
+def test_tree(benchmark, backend, shape, op):
+    batch, prefix_len, nodes, block = shape
+    key_start = torch.arange(batch, dtype=I64, device=DEVICE) * 3
+    _run(benchmark, op, backend, (key_start, prefix_len, block, nodes, block), shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", VERIFY_SHAPES, ids=lambda s: "b{}-N{}-B{}".format(*s))
+def test_verify_tree(benchmark, backend, shape):
+    batch, nodes, block = shape
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    # A random tree whose drafts equal the parent's target half of the time.
+    node = torch.arange(nodes, device=DEVICE)
+    parents = (torch.rand(batch, nodes, generator=g, device=DEVICE) * node).long().where(node > 0, -1)
+    target_pos = torch.randint(0, block, (batch, nodes), generator=g, device=DEVICE)
+    target_tok = torch.randint(0, 32000, (batch, nodes), generator=g, device=DEVICE)
+    par = parents.clamp(min=0)
+    hit = torch.rand(batch, nodes, generator=g, device=DEVICE) < 0.5
+    draft_pos = torch.where(hit, target_pos.gather(1, par), (target_pos.gather(1, par) + 1) % block)
+    draft_tok = target_tok.gather(1, par)
+    block_state = torch.zeros(batch, block, dtype=I64, device=DEVICE)
+    args = (parents, draft_pos, draft_tok, target_pos, target_tok, block_state)
+    _run(benchmark, "verify_tree", backend, args, shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_noise_uniform(benchmark, backend):
+    vocab = 32000
+    rows = torch.arange(256, dtype=I64, device=DEVICE)[:, None]
+    args = (0, rows, rows, rows, torch.arange(vocab, dtype=I64, device=DEVICE)[None, :])
+    _run(benchmark, "noise_uniform", backend, args, (256, vocab))

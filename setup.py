@@ -1,0 +1,96 @@
+"""Build the `spot_kernels._C` extension: op schemas (csrc/*.cpp), plus CUDA kernels (csrc/cuda/*.cu) when possible.
+
+CUDA is built when nvcc is found, torch is a CUDA build and SPOT_BUILD_CUDA is not "0"; otherwise a CPU-only
+extension is built. Environment switches:
+    SPOT_BUILD_CUDA=0          build the CPU-only extension even where CUDA is available
+    SPOT_CUDA_ARCH_LIST="9.0"  GPU architectures (default "8.0;9.0"; copied to TORCH_CUDA_ARCH_LIST)
+    MAX_JOBS=4                 parallel compile jobs (default 2)
+    CUDA_HOME=/path            toolkit folder (default: the folder of the real nvcc, wrappers resolved)
+Install for development with `pip install --no-build-isolation -e .` (torch comes from the environment).
+"""
+
+import glob
+import os
+import re
+import shutil
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _toolkit_from_nvcc(nvcc: str) -> str | None:
+    """The CUDA toolkit folder behind an nvcc on PATH, following symlinks and `exec` wrapper scripts.
+
+    torch.utils.cpp_extension guesses CUDA_HOME as the parent of nvcc's folder, which is wrong when nvcc is a
+    symlink or wrapper in /usr/local/bin: the headers and libraries live in the toolkit folder, not /usr/local.
+    """
+    for _ in range(4):  # a wrapper may point at another wrapper; stop at a sane depth
+        nvcc = os.path.realpath(nvcc)
+        with open(nvcc, "rb") as f:
+            head = f.read(4096)
+        if not head.startswith(b"#!"):
+            break  # a real binary
+        match = re.search(rb"exec\s+[\"']?(/\S+?/nvcc)\b", head)
+        if match is None:
+            break
+        nvcc = match.group(1).decode()
+    home = os.path.dirname(os.path.dirname(nvcc))
+    return home if os.path.isfile(os.path.join(home, "include", "cuda_runtime.h")) else None
+
+
+def _cuda_plan() -> tuple[bool, str]:
+    """(build CUDA?, why) — decided before torch.utils.cpp_extension is imported, as it reads CUDA_HOME then."""
+    if os.environ.get("SPOT_BUILD_CUDA", "") == "0":
+        return False, "SPOT_BUILD_CUDA=0"
+    import torch
+
+    if not torch.version.cuda:
+        return False, f"torch {torch.__version__} is not a CUDA build"
+    nvcc = shutil.which("nvcc")
+    if not os.environ.get("CUDA_HOME"):
+        home = _toolkit_from_nvcc(nvcc) if nvcc else None
+        if home is None and os.path.isfile("/usr/local/cuda/include/cuda_runtime.h"):
+            home = "/usr/local/cuda"
+        if home is None:
+            return False, "nvcc not found (set CUDA_HOME or put nvcc on PATH)"
+        os.environ["CUDA_HOME"] = home
+    home = os.environ["CUDA_HOME"]
+    if not os.path.isfile(os.path.join(home, "bin", "nvcc")):
+        return False, f"no nvcc under CUDA_HOME={home}"
+    return True, f"CUDA_HOME={home}, arch list {os.environ.get('SPOT_CUDA_ARCH_LIST', '8.0;9.0')}"
+
+
+def _extension():
+    build_cuda, why = _cuda_plan()
+    os.environ.setdefault("MAX_JOBS", "2")  # two cores here; nvcc jobs are memory hungry
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
+    sources = sorted(glob.glob("csrc/*.cpp"))
+    cxx = ["-O3"]
+    if build_cuda:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("SPOT_CUDA_ARCH_LIST", "8.0;9.0")
+        cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
+        ext = CUDAExtension(
+            "spot_kernels._C",
+            sources + cuda_sources,
+            define_macros=[("SPOT_WITH_CUDA", "1")],
+            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]},
+        )
+        print(f"spot-kernels: building spot_kernels._C WITH CUDA ({len(cuda_sources)} .cu files; {why})")
+    else:
+        ext = CppExtension("spot_kernels._C", sources, extra_compile_args={"cxx": cxx})
+        print(f"spot-kernels: building spot_kernels._C WITHOUT CUDA ({why})")
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+ext_modules, cmdclass = _extension()
+setup(
+    packages=find_packages(include=["spot_kernels", "spot_kernels.*"])
+    + find_packages(where="python", include=["spot", "spot.*"]),
+    package_dir={"spot_kernels": "spot_kernels", "spot": "python/spot"},
+    package_data={"spot": ["weights/*", "*.json", "*.safetensors"]},
+    include_package_data=True,
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+)

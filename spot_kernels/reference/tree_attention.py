@@ -1,0 +1,92 @@
+"""Tree attention mask builders (docs/ops.md, "Tree attention masks").
+
+Queries: `num_new` new prefix tokens, then `num_nodes * block_size` node tokens. Keys: `prefix_len` prefix keys
+(the last `num_new` are the new tokens), then the node tokens. Every node sees the (left-padded) prefix and its
+own block bidirectionally; new tokens are causal; padding queries see only themselves so no row is empty.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _visible(
+    key_start: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    prefix_len: int,
+    num_new: int,
+    block_size: int,
+) -> torch.Tensor:
+    """The mask rule on broadcastable int64 index tensors (key_start, q, k) -> bool. Shared with tree_mask_mod."""
+    kq = prefix_len - num_new + q  # key index of a new token
+    new_row = torch.where(kq < key_start, k == kq, (k >= key_start) & (k <= kq))
+    node = torch.div(q - num_new, block_size, rounding_mode="floor")
+    key_node = torch.div(k - prefix_len, block_size, rounding_mode="floor")
+    node_row = (k >= key_start) & ((k < prefix_len) | (key_node == node))
+    return torch.where(q < num_new, new_row, node_row)
+
+
+def tree_mask(key_start: torch.Tensor, prefix_len: int, num_new: int, num_nodes: int, block_size: int) -> torch.Tensor:
+    """Reference for spot::tree_mask. key_start: [b] int64 -> bool [b, 1, Q, K], True = attend."""
+    device = key_start.device
+    n_q = num_new + num_nodes * block_size
+    n_k = prefix_len + num_nodes * block_size
+    q = torch.arange(n_q, dtype=torch.int64, device=device)[:, None]
+    k = torch.arange(n_k, dtype=torch.int64, device=device)[None, :]
+    mask = _visible(key_start[:, None, None], q, k, prefix_len, num_new, block_size)
+    return mask.expand(key_start.shape[0], n_q, n_k)[:, None].contiguous()
+
+
+def tree_mask_additive(
+    key_start: torch.Tensor, prefix_len: int, num_new: int, num_nodes: int, block_size: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """Reference for spot::tree_mask_additive: [b, 1, Q, K] of `dtype`, 0 where visible, -inf elsewhere."""
+    mask = tree_mask(key_start, prefix_len, num_new, num_nodes, block_size)
+    zero = torch.zeros((), dtype=dtype, device=key_start.device)
+    return torch.where(mask, zero, torch.full((), -math.inf, dtype=dtype, device=key_start.device))
+
+
+def tree_mask_packed(
+    key_start: torch.Tensor, prefix_len: int, num_new: int, num_nodes: int, block_size: int
+) -> torch.Tensor:
+    """Reference for spot::tree_mask_packed: int32 [b, Q, ceil(K / 32)], bit k % 32 of word k // 32."""
+    mask = tree_mask(key_start, prefix_len, num_new, num_nodes, block_size)[:, 0]
+    b, n_q, n_k = mask.shape
+    n_words = (n_k + 31) // 32
+    padded = torch.zeros((b, n_q, n_words * 32), dtype=torch.int64, device=mask.device)
+    padded[..., :n_k] = mask.to(torch.int64)
+    bits = torch.bitwise_left_shift(torch.ones((), dtype=torch.int64, device=mask.device),
+                                    torch.arange(32, dtype=torch.int64, device=mask.device))
+    words = (padded.view(b, n_q, n_words, 32) * bits).sum(-1)  # in [0, 2^32)
+    words = words - ((words >> 31) & 1) * (1 << 32)  # reinterpret as two's-complement int32
+    return words.to(torch.int32)
+
+
+def tree_position_ids(
+    key_start: torch.Tensor, prefix_len: int, num_new: int, num_nodes: int, block_size: int
+) -> torch.Tensor:
+    """Reference for spot::tree_position_ids: int64 [b, Q]. New token q -> max(kq - key_start, 0);
+    node token at block position j -> prefix_len - key_start + j (every node repeats the block's positions)."""
+    device = key_start.device
+    ks = key_start[:, None]
+    kq = prefix_len - num_new + torch.arange(num_new, dtype=torch.int64, device=device)
+    new = torch.clamp(kq[None, :] - ks, min=0)
+    j = torch.arange(block_size, dtype=torch.int64, device=device).repeat(num_nodes)
+    node = prefix_len - ks + j[None, :]
+    return torch.cat([new, node], dim=-1).contiguous()
+
+
+def tree_mask_mod(key_start: torch.Tensor, prefix_len: int, num_new: int, block_size: int):
+    """The tree_mask rule as a FlexAttention `mask_mod(b, h, q_idx, kv_idx) -> bool` (vmap-friendly).
+
+    Query and key index ranges come from the attention call (Q = num_new + num_nodes * block_size,
+    K = prefix_len + num_nodes * block_size); `key_start` ([b] int64) is captured.
+    """
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return _visible(key_start[b], q_idx, kv_idx, prefix_len, num_new, block_size)
+
+    return mask_mod

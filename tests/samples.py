@@ -1,0 +1,27 @@
+"""Small valid arguments for every op (schema order, without `backend`), for tests that sweep all ops."""
+
+import torch
+
+I64 = torch.int64
+
+
+def sample_args(op: str) -> tuple:
+    g = torch.Generator().manual_seed(0)
+    if op == "noise_uniform":
+        return (5, torch.arange(3)[:, None], torch.tensor(7), torch.tensor(1), torch.arange(4))
+    if op == "score":
+        return (torch.randn(2, 3, 11, generator=g), torch.rand(2, 3, generator=g) < 0.6, 3, torch.zeros(2, dtype=I64),
+                torch.tensor([0, 8]), torch.tensor([0, 2]), 0.7, "prob", 4)
+    if op == "select_children":
+        probs = torch.softmax(torch.randn(2, 4, 3, generator=g), -1)
+        return (torch.randn(2, 4, generator=g), torch.ones(2, 4, dtype=torch.bool), torch.zeros(2), probs,
+                torch.randint(0, 9, (2, 4, 3), generator=g), 1, torch.arange(2), torch.zeros(2, dtype=I64),
+                torch.tensor([1, 3]), 1.0, 2)
+    if op == "verify_tree":
+        t = torch.tensor
+        return (t([[-1, 0, 1]]), t([[0, 1, 2]]), t([[0, 10, 20]]), t([[1, 2, 3]]), t([[10, 20, 30]]),
+                torch.zeros(1, 4, dtype=I64))
+    tree = (torch.tensor([0, 2]), 5, 2, 2, 3)
+    if op == "tree_mask_additive":
+        return tree + (torch.float32,)
+    return tree

@@ -1,0 +1,322 @@
+"""spot::score: coupled Gumbel-max tokens, confidences, top-K, commit position (docs/ops.md, "Fused scoring")."""
+
+import math
+
+import pytest
+import torch
+from torch.library import opcheck
+
+import spot_kernels
+from spot_kernels.reference import scoring as ref_scoring
+
+import brute
+
+I64 = torch.int64
+KINDS = ("prob", "raw_prob", "margin", "neg_entropy")
+
+
+def run(logits, masked=None, seed=0, rows=None, block_start=None, steps=None, temperature=1.0, **kw):
+    lead = logits.shape[:-2]
+    if masked is None:
+        masked = torch.ones(logits.shape[:-1], dtype=torch.bool)
+    rows = torch.zeros(lead, dtype=I64) if rows is None else rows
+    block_start = torch.zeros(lead, dtype=I64) if block_start is None else block_start
+    steps = torch.zeros(lead, dtype=I64) if steps is None else steps
+    return spot_kernels.score(logits, masked, seed, rows, block_start, steps, temperature, **kw)
+
+
+def check_against_brute(logits, masked, seed, rows, block_start, steps, temperature, confidence, top_k):
+    out = spot_kernels.score(logits, masked, seed, rows, block_start, steps, temperature, confidence=confidence,
+                             top_k=top_k)
+    n, block, vocab = logits.shape
+    for i in range(n):
+        confs, eligible = [], []
+        for j in range(block):
+            tok, conf, top, valid = brute.score_row(logits[i, j].tolist(), seed, rows[i].item(),
+                                                    block_start[i].item() + j, steps[i].item(), temperature,
+                                                    confidence, top_k)
+            assert out.tokens[i, j].item() == tok, (i, j)
+            if valid:
+                assert out.confidence[i, j].item() == pytest.approx(conf, rel=1e-9, abs=1e-12)
+            else:
+                assert math.isnan(out.confidence[i, j].item())
+            assert out.topk_ids[i, j].tolist() == [v for _, v in top]
+            assert out.topk_probs[i, j].tolist() == pytest.approx([p for p, _ in top], rel=1e-9, abs=1e-12)
+            confs.append(conf)
+            eligible.append(valid and bool(masked[i, j]))
+        assert out.commit_pos[i].item() == brute.commit(confs, eligible), i
+    return out
+
+
+@pytest.mark.parametrize("confidence", KINDS)
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0, 2.5])
+def test_random_against_brute_force(confidence, temperature):
+    g = torch.Generator().manual_seed(KINDS.index(confidence) * 100 + int(temperature * 10))
+    n, block, vocab = 3, 5, 23
+    logits = torch.randn(n, block, vocab, generator=g, dtype=torch.float64) * 3
+    logits[0, 1, 4] = -math.inf  # partial -inf is ordinary
+    masked = torch.rand(n, block, generator=g) < 0.7
+    rows = torch.tensor([0, 1, 0])
+    block_start = torch.tensor([16, 16, 48])
+    steps = torch.tensor([0, 3, 7])
+    check_against_brute(logits, masked, 1234, rows, block_start, steps, temperature, confidence, top_k=6)
+
+
+def test_invalid_rows_and_partial_inf():
+    logits = torch.zeros(1, 6, 4, dtype=torch.float64)
+    logits[0, 0] = torch.tensor([0.0, math.nan, 1.0, 2.0])  # NaN
+    logits[0, 1] = -math.inf  # every entry -inf
+    logits[0, 2] = torch.tensor([0.0, math.inf, 1.0, 2.0])  # +inf
+    logits[0, 3] = torch.tensor([-math.inf, 0.0, -math.inf, 0.0])  # partial -inf: ordinary
+    logits[0, 4] = torch.tensor([5.0, 1.0, 0.0, 0.0])
+    logits[0, 5] = torch.tensor([-math.inf, -math.inf, -math.inf, 3.0])
+    for temperature in (0.0, 0.5):
+        for kind in KINDS:
+            out = check_against_brute(logits, torch.ones(1, 6, dtype=torch.bool), 3, torch.zeros(1, dtype=I64),
+                                      torch.zeros(1, dtype=I64), torch.zeros(1, dtype=I64), temperature, kind, 4)
+            assert out.tokens[0, :3].tolist() == [-1, -1, -1]
+            assert torch.isnan(out.confidence[0, :3]).all()
+            assert (out.topk_probs[0, :3] == 0).all() and (out.topk_ids[0, :3] == -1).all()
+            assert out.tokens[0, 3].item() in (1, 3) and out.tokens[0, 5].item() == 3
+            # -inf entries have probability 0; ties (0.5, 0.5) and (0, 0) go to the lowest id.
+            assert out.topk_ids[0, 3].tolist() == [1, 3, 0, 2]
+            assert out.topk_probs[0, 3].tolist() == [0.5, 0.5, 0.0, 0.0]
+            assert out.commit_pos[0].item() != -1 and out.commit_pos[0].item() >= 3
+    # Nothing valid and masked: no commit.
+    only_invalid = torch.ones(1, 6, dtype=torch.bool)
+    only_invalid[0, 3:] = False
+    assert run(logits, only_invalid, temperature=0.5).commit_pos.tolist() == [-1]
+
+
+def test_ties_lowest_id_and_lowest_position():
+    logits = torch.tensor([[[1.0, 3.0, 3.0, 0.0, 3.0], [1.0, 3.0, 3.0, 0.0, 3.0], [0.0, 0.0, 0.0, 0.0, 9.0]]])
+    masked = torch.tensor([[True, True, False]])
+    out = run(logits, masked, temperature=0.0, confidence="prob", top_k=5)
+    assert out.tokens[0].tolist() == [1, 1, 4]
+    assert out.topk_ids[0, 0].tolist() == [1, 2, 4, 0, 3]
+    assert out.commit_pos.tolist() == [0]  # positions 0 and 1 tie; 2 is more confident but not masked
+    margin = run(logits, masked, temperature=0.0, confidence="margin").confidence
+    assert margin[0, 0].item() == 0.0
+
+
+def test_topk_ties_at_the_cut_take_the_lowest_ids():
+    """K < V with several entries tied at the K-th value: the lowest ids make the cut, in id order."""
+    logits = torch.tensor([[[0.0, 5.0, 5.0, 5.0, 0.0, 5.0], [-math.inf, 0.0, -math.inf, -math.inf, 0.0, -math.inf],
+                            [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]]], dtype=torch.float64)
+    for temperature in (0.0, 0.9):
+        out = run(logits, temperature=temperature, top_k=3)
+        assert out.topk_ids[0].tolist() == [[1, 2, 3], [1, 4, 0], [0, 1, 2]]
+        assert out.topk_probs[0, 1].tolist() == [0.5, 0.5, 0.0]
+    wide = torch.randn(1, 2, 200, generator=torch.Generator().manual_seed(12)).round()  # many exact ties
+    out = run(wide, temperature=0.5, top_k=50)
+    for j in range(2):
+        _, _, top, _ = brute.score_row(wide[0, j].tolist(), 0, 0, j, 0, 0.5, "prob", 50)
+        assert out.topk_ids[0, j].tolist() == [v for _, v in top]
+
+
+def test_masks_all_and_none():
+    logits = torch.randn(2, 4, 7, generator=torch.Generator().manual_seed(3))
+    none = run(logits, torch.zeros(2, 4, dtype=torch.bool), temperature=0.7)
+    assert none.commit_pos.tolist() == [-1, -1]
+    assert (none.tokens >= 0).all()  # tokens and confidences are still reported for unmasked positions
+    every = run(logits, torch.ones(2, 4, dtype=torch.bool), temperature=0.7)
+    assert torch.equal(every.commit_pos, every.confidence.argmax(-1))
+
+
+def test_empty_batch_and_empty_block():
+    out = run(torch.zeros(0, 4, 10), temperature=1.0, top_k=3)
+    assert [tuple(t.shape) for t in out] == [(0, 4), (0, 4), (0, 4, 3), (0, 4, 3), (0,)]
+    out = run(torch.zeros(2, 0, 10), temperature=1.0, top_k=3)
+    assert [tuple(t.shape) for t in out] == [(2, 0), (2, 0), (2, 0, 3), (2, 0, 3), (2,)]
+    assert out.commit_pos.tolist() == [-1, -1]
+    lead_empty = run(torch.zeros(3, 0, 2, 5), temperature=0.0)
+    assert lead_empty.commit_pos.shape == (3, 0) and lead_empty.topk_ids.shape == (3, 0, 2, 32)
+
+
+def test_no_leading_dims():
+    """A single node: logits [B, V] with 0-dim rows / block_start / steps."""
+    logits = torch.randn(4, 9, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    one = spot_kernels.score(logits, torch.ones(4, dtype=torch.bool), 1, torch.tensor(2), torch.tensor(3),
+                             torch.tensor(1), 0.8, top_k=3)
+    batched = spot_kernels.score(logits[None], torch.ones(1, 4, dtype=torch.bool), 1, torch.tensor([2]),
+                                 torch.tensor([3]), torch.tensor([1]), 0.8, top_k=3)
+    assert one.commit_pos.shape == () and one.tokens.shape == (4,)
+    for a, b in zip(one, batched):
+        assert torch.equal(a, b[0])
+
+
+def test_k_larger_than_v_and_v_one():
+    out = run(torch.tensor([[[0.0, 1.0, 2.0]]]), temperature=1.0, top_k=5)
+    assert out.topk_ids[0, 0].tolist() == [2, 1, 0, -1, -1]
+    assert out.topk_probs[0, 0, 3:].tolist() == [0.0, 0.0]
+    assert out.topk_probs[0, 0].sum().item() == pytest.approx(1.0)
+    for temperature in (0.0, 1.3):
+        one = {kind: run(torch.tensor([[[4.0], [-2.0]]]), temperature=temperature, confidence=kind, top_k=2)
+               for kind in KINDS}
+        assert one["prob"].tokens.tolist() == [[0, 0]]
+        assert one["prob"].confidence.tolist() == [[1.0, 1.0]]
+        assert one["raw_prob"].confidence.tolist() == [[1.0, 1.0]]
+        assert one["margin"].confidence.tolist() == [[1.0, 1.0]]  # top-2 of a single entry is 0
+        assert one["neg_entropy"].confidence.tolist() == [[0.0, 0.0]]
+        assert one["prob"].topk_ids.tolist() == [[[0, -1], [0, -1]]]
+
+
+def test_leading_dims_are_flattened_consistently():
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(2, 3, 4, 9, generator=g)
+    masked = torch.rand(2, 3, 4, generator=g) < 0.5
+    rows = torch.tensor([[0, 0, 0], [1, 1, 1]])
+    block_start = torch.full((2, 3), 8)
+    steps = torch.tensor([[2, 3, 3], [0, 1, 2]])
+    out = spot_kernels.score(logits, masked, 9, rows, block_start, steps, 0.8, top_k=4)
+    flat = spot_kernels.score(logits.reshape(6, 4, 9), masked.reshape(6, 4), 9, rows.reshape(6),
+                              block_start.reshape(6), steps.reshape(6), 0.8, top_k=4)
+    for a, b in zip(out, flat):
+        assert torch.equal(a.reshape(b.shape), b)
+    # Expanded (stride-0) views are accepted.
+    expanded = spot_kernels.score(logits, masked, 9, torch.tensor([0, 1])[:, None].expand(2, 3),
+                                  torch.tensor(8).expand(2, 3), steps, 0.8, top_k=4)
+    assert torch.equal(expanded.tokens, out.tokens)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_low_precision_logits_compute_in_float32(dtype):
+    logits = (torch.randn(2, 4, 50, generator=torch.Generator().manual_seed(6)) * 4).to(dtype)
+    out = run(logits, temperature=0.9, confidence="margin", top_k=8)
+    want = run(logits.float(), temperature=0.9, confidence="margin", top_k=8)
+    assert out.confidence.dtype == torch.float32 and out.topk_probs.dtype == torch.float32
+    for a, b in zip(out, want):
+        assert torch.equal(a, b)
+
+
+def test_float32_matches_float64():
+    logits = torch.randn(3, 6, 40, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 2
+    a = run(logits, temperature=0.7, confidence="neg_entropy", top_k=5)
+    b = run(logits.float(), temperature=0.7, confidence="neg_entropy", top_k=5)
+    assert a.confidence.dtype == torch.float64
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.topk_ids, b.topk_ids)
+    torch.testing.assert_close(a.topk_probs.float(), b.topk_probs, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(a.confidence.float(), b.confidence, rtol=1e-5, atol=1e-6)
+
+
+def test_greedy_is_the_zero_temperature_limit():
+    logits = torch.randn(4, 8, 30, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    greedy = run(logits, temperature=0.0)
+    cold = run(logits, temperature=1e-6)
+    assert torch.equal(greedy.tokens, logits.argmax(-1))
+    assert torch.equal(greedy.tokens, cold.tokens)
+
+
+def test_row_chunking_does_not_change_results(monkeypatch):
+    logits = torch.randn(3, 5, 37, generator=torch.Generator().manual_seed(9))
+    want = run(logits, temperature=1.1, confidence="raw_prob", top_k=7)
+    monkeypatch.setattr(ref_scoring, "_CHUNK_ELEMENTS", 80)  # two rows per chunk
+    got = run(logits, temperature=1.1, confidence="raw_prob", top_k=7)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+def test_tokens_use_the_coupled_noise():
+    """The sampled token is argmax(x + gumbel(noise_uniform(...))), the same noise every op draws."""
+    logits = torch.randn(2, 3, 11, generator=torch.Generator().manual_seed(10), dtype=torch.float64)
+    rows, block_start, steps = torch.tensor([4, 9]), torch.tensor([32, 64]), torch.tensor([1, 5])
+    out = spot_kernels.score(logits, torch.ones(2, 3, dtype=torch.bool), 77, rows, block_start, steps, 0.6)
+    j = torch.arange(3)
+    u = spot_kernels.noise_uniform(77, rows[:, None, None], (block_start[:, None] + j)[..., None],
+                                   steps[:, None, None], torch.arange(11))
+    g = -torch.log(-torch.log(u.double()))
+    assert torch.equal(out.tokens, (logits / 0.6 + g).argmax(-1))
+
+
+def _chi_square(tokens: torch.Tensor, probs: torch.Tensor) -> float:
+    counts = torch.bincount(tokens, minlength=probs.numel()).double()
+    expected = probs.double() * tokens.numel()
+    return ((counts - expected) ** 2 / expected).sum().item()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_gumbel_max_samples_the_softmax(temperature):
+    """20000 independent rows of the same logits: token frequencies follow softmax(logits / T).
+
+    Chi-square with 5 dof; 20.5 is the 0.001 quantile. The same draws tested against the untempered (or a
+    hotter) distribution must fail, so the bound has power.
+    """
+    n, vocab = 20000, 6
+    logits = torch.tensor([1.0, 0.5, 0.0, -0.5, -1.0, 0.2], dtype=torch.float64)
+    out = spot_kernels.score(logits.expand(n, 1, vocab), torch.ones(n, 1, dtype=torch.bool), 2024,
+                             torch.arange(n), torch.zeros(n, dtype=I64), torch.zeros(n, dtype=I64), temperature)
+    tokens = out.tokens[:, 0]
+    assert _chi_square(tokens, torch.softmax(logits / temperature, -1)) < 20.5
+    wrong = torch.softmax(logits / (temperature * 1.6), -1)
+    assert _chi_square(tokens, wrong) > 60
+
+
+def test_steps_and_positions_decorrelate_draws():
+    """Different commit steps must give fresh noise: tokens at step k and k+1 agree only as often as chance."""
+    n, vocab = 4000, 4
+    logits = torch.zeros(n, 1, vocab, dtype=torch.float64)
+    args = (torch.ones(n, 1, dtype=torch.bool), 5, torch.arange(n), torch.zeros(n, dtype=I64))
+    a = spot_kernels.score(logits, *args, torch.zeros(n, dtype=I64), 1.0).tokens
+    b = spot_kernels.score(logits, *args, torch.ones(n, dtype=I64), 1.0).tokens
+    agree = (a == b).double().mean().item()
+    assert abs(agree - 1 / vocab) < 0.03
+
+
+@pytest.mark.parametrize("confidence,temperature", [("prob", 0.8), ("margin", 0.0), ("neg_entropy", 1.0),
+                                                    ("raw_prob", 0.5)])
+def test_opcheck(confidence, temperature):
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(2, 3, 4, 9, generator=g)
+    logits[0, 0, 1, 2] = -math.inf  # (no NaN rows here: opcheck compares outputs with NaN != NaN)
+    args = (logits, torch.rand(2, 3, 4, generator=g) < 0.5, 3, torch.zeros(2, 3, dtype=I64),
+            torch.full((2, 3), 4), torch.ones(2, 3, dtype=I64), temperature)
+    opcheck(torch.ops.spot.score.default, args, {"confidence": confidence, "top_k": 12, "backend": "reference"})
+
+
+def _good():
+    return dict(logits=torch.zeros(2, 4, 10), masked=torch.ones(2, 4, dtype=torch.bool), seed=0,
+                rows=torch.zeros(2, dtype=I64), block_start=torch.zeros(2, dtype=I64), steps=torch.zeros(2, dtype=I64),
+                temperature=1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"logits": torch.zeros(2, 4, 10, dtype=I64)}, TypeError, "logits.*dtype"),
+        ({"logits": torch.zeros(10)}, ValueError, "logits.*at least 2"),
+        ({"logits": torch.zeros(2, 4, 0)}, ValueError, "V >= 1"),
+        ({"logits": "x"}, TypeError, "logits.*Tensor"),
+        ({"masked": torch.ones(2, 4)}, TypeError, "masked.*bool"),
+        ({"masked": torch.ones(2, 5, dtype=torch.bool)}, ValueError, "masked.*shape"),
+        ({"rows": torch.zeros(3, dtype=I64)}, ValueError, "rows.*shape"),
+        ({"rows": torch.zeros(2, dtype=torch.int32)}, TypeError, "rows.*int64"),
+        ({"block_start": torch.tensor([0, -1])}, ValueError, "block_start.*>= 0"),
+        ({"steps": torch.tensor([0, -2])}, ValueError, "steps.*>= 0"),
+        ({"steps": torch.zeros(2, 1, dtype=I64)}, ValueError, "steps.*shape"),
+        ({"temperature": -0.1}, ValueError, "temperature"),
+        ({"temperature": math.nan}, ValueError, "temperature"),
+        ({"temperature": math.inf}, ValueError, "temperature"),
+        ({"temperature": "hot"}, TypeError, "temperature"),
+        ({"seed": -5}, ValueError, "seed"),
+        ({"seed": 2**64}, ValueError, "seed"),
+        ({"confidence": "entropy"}, ValueError, "confidence.*one of"),
+        ({"top_k": 0}, ValueError, "top_k"),
+        ({"top_k": 2.0}, TypeError, "top_k"),
+        ({"steps": torch.zeros(2, dtype=I64, device="meta")}, ValueError, "on one device"),
+        ({"backend": "fast"}, ValueError, "backend"),
+    ],
+)
+def test_bad_input(kwargs, error, match):
+    args = _good()
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        spot_kernels.score(**args)
+
+
+def test_bad_input_through_torch_ops():
+    """Callers of torch.ops.spot.score directly get the same checks."""
+    a = _good()
+    with pytest.raises(ValueError, match="temperature"):
+        torch.ops.spot.score(a["logits"], a["masked"], 0, a["rows"], a["block_start"], a["steps"], -1.0)
+    with pytest.raises(ValueError, match="confidence"):
+        torch.ops.spot.score(a["logits"], a["masked"], 0, a["rows"], a["block_start"], a["steps"], 1.0, "x")

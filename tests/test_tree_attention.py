@@ -1,0 +1,218 @@
+"""Tree attention masks and position ids (docs/ops.md, "Tree attention masks")."""
+
+import math
+import random
+
+import pytest
+import torch
+from torch.library import opcheck
+
+import spot_kernels
+
+I64 = torch.int64
+OPS = ("tree_mask", "tree_mask_additive", "tree_mask_packed", "tree_position_ids")
+
+
+def brute_visible(ks, q, k, prefix_len, num_new, block_size):
+    """The rule of docs/ops.md, one (query, key) pair at a time."""
+    if k < ks:
+        # Only a padding new token may see a padding key: itself.
+        return q < num_new and prefix_len - num_new + q == k
+    if q < num_new:
+        kq = prefix_len - num_new + q
+        return k == kq if kq < ks else k <= kq
+    node = (q - num_new) // block_size
+    return k < prefix_len or (k - prefix_len) // block_size == node
+
+
+def brute_mask(key_start, prefix_len, num_new, num_nodes, block_size):
+    n_q, n_k = num_new + num_nodes * block_size, prefix_len + num_nodes * block_size
+    return [[[brute_visible(ks, q, k, prefix_len, num_new, block_size) for k in range(n_k)] for q in range(n_q)]
+            for ks in key_start]
+
+
+def brute_positions(key_start, prefix_len, num_new, num_nodes, block_size):
+    out = []
+    for ks in key_start:
+        row = [max(prefix_len - num_new + q - ks, 0) for q in range(num_new)]
+        row += [prefix_len - ks + j for _ in range(num_nodes) for j in range(block_size)]
+        out.append(row)
+    return out
+
+
+def random_configs(count, seed=0):
+    rng = random.Random(seed)
+    for _ in range(count):
+        prefix_len = rng.randint(0, 40)
+        num_new = rng.randint(0, prefix_len)
+        num_nodes = rng.randint(0, 4)
+        block_size = rng.randint(1, 6)
+        b = rng.randint(0, 3)
+        key_start = [rng.randint(0, prefix_len) for _ in range(b)]
+        yield key_start, prefix_len, num_new, num_nodes, block_size
+
+
+def test_masks_and_positions_against_brute_force():
+    for key_start, *shape in random_configs(40):
+        ks = torch.tensor(key_start, dtype=I64)
+        want = brute_mask(key_start, *shape)
+        mask = spot_kernels.tree_mask(ks, *shape)
+        n_q, n_k = shape[1] + shape[2] * shape[3], shape[0] + shape[2] * shape[3]
+        assert mask.dtype == torch.bool and mask.shape == (len(key_start), 1, n_q, n_k)
+        assert mask[:, 0].tolist() == want
+        if n_q and n_k:
+            assert mask.any(-1).all()  # no empty row
+        pos = spot_kernels.tree_position_ids(ks, *shape)
+        assert pos.dtype == I64 and pos.tolist() == brute_positions(key_start, *shape)
+
+
+def test_hand_built_case():
+    # Row 0: no padding; row 1: two padding keys. Prefix of 4 keys, the last 2 new; 2 nodes of 2 tokens.
+    mask = spot_kernels.tree_mask(torch.tensor([0, 2]), 4, 2, 2, 2)[:, 0].int()
+    assert mask[1].tolist() == [
+        [0, 0, 1, 0, 0, 0, 0, 0],  # new token at key 2 (the first valid key)
+        [0, 0, 1, 1, 0, 0, 0, 0],
+        [0, 0, 1, 1, 1, 1, 0, 0],  # node 0 sees the valid prefix and itself
+        [0, 0, 1, 1, 1, 1, 0, 0],
+        [0, 0, 1, 1, 0, 0, 1, 1],  # node 1: not node 0
+        [0, 0, 1, 1, 0, 0, 1, 1],
+    ]
+    assert mask[0, :2].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0, 0, 0]]
+    # A padding new token sees only itself.
+    pad = spot_kernels.tree_mask(torch.tensor([3]), 4, 2, 1, 1)[0, 0].int()
+    assert pad[0].tolist() == [0, 0, 1, 0, 0]
+    pos = spot_kernels.tree_position_ids(torch.tensor([0, 2]), 4, 2, 2, 2)
+    assert pos.tolist() == [[2, 3, 4, 5, 4, 5], [0, 1, 2, 3, 2, 3]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_additive(dtype):
+    for key_start, *shape in random_configs(10, seed=1):
+        ks = torch.tensor(key_start, dtype=I64)
+        add = spot_kernels.tree_mask_additive(ks, *shape, dtype)
+        mask = spot_kernels.tree_mask(ks, *shape)
+        assert add.dtype == dtype and add.shape == mask.shape
+        assert torch.equal(add == 0, mask) and bool((add[~mask] == -math.inf).all())
+
+
+def test_packed():
+    configs = list(random_configs(20, seed=2)) + [([0, 5, 31], 31, 3, 1, 1), ([7], 64, 0, 2, 16), ([0], 33, 1, 0, 1)]
+    for key_start, *shape in configs:
+        ks = torch.tensor(key_start, dtype=I64)
+        packed = spot_kernels.tree_mask_packed(ks, *shape)
+        mask = spot_kernels.tree_mask(ks, *shape)[:, 0]
+        b, n_q, n_k = mask.shape
+        assert packed.dtype == torch.int32 and packed.shape == (b, n_q, (n_k + 31) // 32)
+        bits = [[[bool(((row[k // 32] & 0xFFFFFFFF) >> (k % 32)) & 1) for k in range(n_k)] for row in q]
+                for q in packed.tolist()]
+        assert bits == mask.tolist()
+        # Padding bits beyond K are zero.
+        if n_k % 32 and packed.numel():
+            assert ((packed[..., -1].to(I64) & 0xFFFFFFFF) >> (n_k % 32) == 0).all()
+    # Bit 31 set makes the int32 word negative (two's complement).
+    full = spot_kernels.tree_mask_packed(torch.tensor([0]), 32, 32, 1, 1)
+    assert full[0, 31, 0].item() == -1
+
+
+def test_mask_mod_matches_tree_mask():
+    for key_start, prefix_len, num_new, num_nodes, block_size in random_configs(15, seed=3):
+        ks = torch.tensor(key_start, dtype=I64)
+        mod = spot_kernels.tree_mask_mod(ks, prefix_len, num_new, block_size)
+        n_q, n_k = num_new + num_nodes * block_size, prefix_len + num_nodes * block_size
+        b = torch.arange(len(key_start))[:, None, None]
+        got = mod(b, 0, torch.arange(n_q)[None, :, None], torch.arange(n_k)[None, None, :])
+        assert torch.equal(got.expand(len(key_start), n_q, n_k),
+                           spot_kernels.tree_mask(ks, prefix_len, num_new, num_nodes, block_size)[:, 0])
+
+
+def test_mask_mod_with_flex_attention_create_mask():
+    """FlexAttention evaluates mask_mod under vmap; the result must equal the dense mask."""
+    from torch.nn.attention import flex_attention as flex  # present since torch 2.5, the minimum supported
+
+    ks = torch.tensor([0, 3, 6])
+    prefix_len, num_new, num_nodes, block_size = 6, 2, 3, 4
+    mod = spot_kernels.tree_mask_mod(ks, prefix_len, num_new, block_size)
+    n_q, n_k = num_new + num_nodes * block_size, prefix_len + num_nodes * block_size
+    dense = flex.create_mask(mod, 3, 1, n_q, n_k, device="cpu")
+    assert torch.equal(dense, spot_kernels.tree_mask(ks, prefix_len, num_new, num_nodes, block_size))
+
+
+def test_sdpa_with_the_mask_equals_separate_passes():
+    """One pass of N nodes under the tree mask = N independent passes of [prefix + that node's block]."""
+    g = torch.Generator().manual_seed(4)
+    b, heads, dim = 2, 2, 8
+    prefix_len, num_new, num_nodes, block_size = 5, 2, 3, 4
+    ks = torch.tensor([0, 2])
+    n_q, n_k = num_new + num_nodes * block_size, prefix_len + num_nodes * block_size
+    q = torch.randn(b, heads, n_q, dim, generator=g, dtype=torch.float64)
+    k = torch.randn(b, heads, n_k, dim, generator=g, dtype=torch.float64)
+    v = torch.randn(b, heads, n_k, dim, generator=g, dtype=torch.float64)
+    mask = spot_kernels.tree_mask(ks, prefix_len, num_new, num_nodes, block_size)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    additive = spot_kernels.tree_mask_additive(ks, prefix_len, num_new, num_nodes, block_size, torch.float64)
+    torch.testing.assert_close(torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive), out)
+    for row in range(b):
+        for n in range(num_nodes):
+            qs = slice(num_new + n * block_size, num_new + (n + 1) * block_size)
+            keys = list(range(ks[row].item(), prefix_len)) + list(range(prefix_len + n * block_size,
+                                                                        prefix_len + (n + 1) * block_size))
+            ref = torch.nn.functional.scaled_dot_product_attention(q[row:row + 1, :, qs], k[row:row + 1, :, keys],
+                                                                   v[row:row + 1, :, keys])
+            torch.testing.assert_close(out[row:row + 1, :, qs], ref)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_opcheck(op):
+    args = (torch.tensor([0, 3]), 7, 3, 2, 4)
+    if op == "tree_mask_additive":
+        args = args + (torch.float16,)
+    opcheck(getattr(torch.ops.spot, op).default, args, {"backend": "reference"})
+    opcheck(getattr(torch.ops.spot, op).default, (torch.zeros(0, dtype=I64),) + args[1:])
+
+
+def call(op, key_start=None, prefix_len=6, num_new=2, num_nodes=2, block_size=3, dtype=torch.float32):
+    key_start = torch.tensor([0, 1]) if key_start is None else key_start
+    fn = getattr(spot_kernels, op)
+    if op == "tree_mask_additive":
+        return fn(key_start, prefix_len, num_new, num_nodes, block_size, dtype)
+    return fn(key_start, prefix_len, num_new, num_nodes, block_size)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"key_start": torch.tensor([0, 1], dtype=torch.int32)}, TypeError, "key_start.*int64"),
+        ({"key_start": torch.zeros(2, 1, dtype=I64)}, ValueError, "key_start.*1 dimensions"),
+        ({"key_start": [0, 1]}, TypeError, "key_start.*Tensor"),
+        ({"key_start": torch.tensor([0, 7])}, ValueError, "key_start"),
+        ({"key_start": torch.tensor([-1, 0])}, ValueError, "key_start"),
+        ({"prefix_len": -1}, ValueError, "prefix_len"),
+        ({"num_new": 7}, ValueError, "num_new"),
+        ({"num_new": -1}, ValueError, "num_new"),
+        ({"num_nodes": -1}, ValueError, "num_nodes"),
+        ({"block_size": 0}, ValueError, "block_size"),
+        ({"block_size": 2.5}, TypeError, "block_size"),
+    ],
+)
+def test_bad_input(op, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        call(op, **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool, "float32"])
+def test_additive_needs_a_floating_dtype(dtype):
+    with pytest.raises(TypeError, match="dtype"):
+        call("tree_mask_additive", dtype=dtype)
+
+
+def test_mask_mod_bad_input():
+    with pytest.raises(ValueError, match="key_start"):
+        spot_kernels.tree_mask_mod(torch.tensor([9]), 4, 1, 2)
+    with pytest.raises(ValueError, match="block_size"):
+        spot_kernels.tree_mask_mod(torch.tensor([0]), 4, 1, 0)
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="backend"):
+        spot_kernels.tree_mask(torch.tensor([0]), 4, 1, 1, 2, backend="cpu")

@@ -1,0 +1,192 @@
+"""spot::verify_tree: parallel accept/reject of a drafted tree (docs/ops.md, "Parallel verification")."""
+
+import random
+
+import pytest
+import torch
+from torch.library import opcheck
+
+import spot_kernels
+
+I64 = torch.int64
+
+
+def brute_verify(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
+    """One row by recursive tree walk: (accepted commits [(pos, tok)], new_block, last_node)."""
+    n = len(parents)
+    children = {i: [c for c in range(1, n) if parents[c] == i] for i in range(n)}
+
+    def walk(i, depth):
+        """Deepest accepted node in i's subtree: (depth, -index) is maximised, so ties go to the lowest index."""
+        best = (depth, -i)
+        if target_pos[i] >= 0:
+            for c in children[i]:
+                if (draft_pos[c], draft_tokens[c]) == (target_pos[i], target_tokens[i]):
+                    best = max(best, walk(c, depth + 1))
+        return best
+
+    _, neg_last = walk(0, 0)
+    last = -neg_last
+    chain = [last]
+    while chain[-1] != 0:
+        chain.append(parents[chain[-1]])
+    chain.reverse()
+    commits = [(target_pos[a], target_tokens[a]) for a in chain if target_pos[a] >= 0]
+    new_block = list(block)
+    for p, t in commits:
+        new_block[p] = t
+    return commits, new_block, last
+
+
+def check(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
+    out = spot_kernels.verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens, block)
+    b, n = parents.shape
+    for r in range(b):
+        commits, new_block, last = brute_verify(*(t[r].tolist() for t in (parents, draft_pos, draft_tokens,
+                                                                          target_pos, target_tokens, block)))
+        assert out.last_node[r].item() == last, r
+        assert out.num_accepted[r].item() == len(commits), r
+        pad = [(-1, -1)] * (n - len(commits))
+        assert list(zip(out.accepted_pos[r].tolist(), out.accepted_tokens[r].tolist())) == commits + pad, r
+        assert out.new_block[r].tolist() == new_block, r
+    return out
+
+
+def random_tree(rng, n, width, vocab=5, p_inactive=0.1, p_match=0.7):
+    """A random tree whose drafts often equal the parent's target commit, so deep chains get accepted."""
+    parents = [-1] + [(-1 if rng.random() < p_inactive else rng.randrange(i)) for i in range(1, n)]
+    target_pos = [rng.randrange(-1, width) if rng.random() < 0.15 else rng.randrange(width) for _ in range(n)]
+    target_tok = [rng.randrange(vocab) for _ in range(n)]
+    draft_pos, draft_tok = [], []
+    for i in range(n):
+        par = parents[i]
+        if i > 0 and par >= 0 and target_pos[par] >= 0 and rng.random() < p_match:
+            draft_pos.append(target_pos[par])
+            draft_tok.append(target_tok[par])
+        else:
+            draft_pos.append(rng.randrange(width))
+            draft_tok.append(rng.randrange(vocab))
+    target_tok = [t if p >= 0 else rng.choice([-1, t]) for p, t in zip(target_pos, target_tok)]
+    return parents, draft_pos, draft_tok, target_pos, target_tok
+
+
+def batch(trees, block):
+    cols = list(zip(*trees))
+    return [torch.tensor(c, dtype=I64) for c in cols] + [torch.tensor(block, dtype=I64)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 33, 128])
+def test_random_trees_against_brute_force(n):
+    rng = random.Random(n)
+    width = 8
+    for _ in range(4):
+        trees = [random_tree(rng, n, width) for _ in range(3)]
+        blocks = [[rng.randrange(100, 105) for _ in range(width)] for _ in range(3)]
+        check(*batch(trees, blocks))
+
+
+def test_deep_chain_fully_accepted():
+    n = 40
+    width = n
+    parents = [-1] + list(range(n - 1))
+    target_pos = list(range(n))
+    target_tok = [1000 + i for i in range(n)]
+    draft_pos = [0] + target_pos[:-1]
+    draft_tok = [0] + target_tok[:-1]
+    out = check(*batch([(parents, draft_pos, draft_tok, target_pos, target_tok)], [[7] * width]))
+    assert out.num_accepted.tolist() == [n] and out.last_node.tolist() == [n - 1]
+    assert out.new_block[0].tolist() == target_tok
+
+
+def test_hand_built_cases():
+    block = [[9, 9, 9, 9, 9, 9]]
+    # Root only.
+    out = check(*batch([([-1], [0], [0], [2], [5])], block))
+    assert out.num_accepted.tolist() == [1] and out.accepted_pos.tolist() == [[2]]
+    assert out.new_block.tolist() == [[9, 9, 5, 9, 9, 9]]
+    # Root without a commit (no masked position): nothing is accepted below it.
+    out = check(*batch([([-1, 0], [0, 3], [0, 4], [-1, 3], [-1, 4])], block))
+    assert out.num_accepted.tolist() == [0] and out.last_node.tolist() == [0]
+    assert out.new_block.tolist() == block
+    # Miss at depth 2: node 2's draft differs from node 1's target commit.
+    tree = ([-1, 0, 1, 2], [0, 1, 4, 3], [0, 10, 41, 30], [1, 3, 3, 5], [10, 30, 30, 50])
+    out = check(*batch([tree], block))
+    assert out.last_node.tolist() == [1] and out.accepted_pos.tolist() == [[1, 3, -1, -1]]
+    # Two identical accepted siblings: the deepest tie goes to the lowest index.
+    tree = ([-1, 0, 0, 2], [0, 1, 1, 0], [0, 10, 10, 0], [1, 2, 4, 0], [10, 20, 40, 0])
+    out = check(*batch([tree], block))
+    assert out.last_node.tolist() == [1]
+    # An inactive node (parent -1) is never accepted, nor are its children.
+    tree = ([-1, -1, 1], [0, 1, 2], [0, 10, 20], [1, 2, 5], [10, 20, 50])
+    out = check(*batch([tree], block))
+    assert out.last_node.tolist() == [0] and out.num_accepted.tolist() == [1]
+    # Last node without a commit of its own: depth commits only.
+    tree = ([-1, 0], [0, 1], [0, 10], [1, -1], [10, -1])
+    out = check(*batch([tree], block))
+    assert out.num_accepted.tolist() == [1] and out.last_node.tolist() == [1]
+
+
+def test_empty_batch():
+    empty = torch.zeros(0, 4, dtype=I64)
+    out = spot_kernels.verify_tree(empty, empty, empty, empty, empty, torch.zeros(0, 6, dtype=I64))
+    assert [tuple(t.shape) for t in out] == [(0, 4), (0, 4), (0,), (0, 6), (0,)]
+
+
+def test_outputs_do_not_alias_the_block():
+    args = batch([([-1], [0], [0], [1], [3])], [[0, 0]])
+    out = spot_kernels.verify_tree(*args)
+    out.new_block.fill_(-7)
+    assert args[-1].tolist() == [[0, 0]]
+
+
+def test_opcheck():
+    rng = random.Random(0)
+    args = batch([random_tree(rng, 9, 6) for _ in range(2)], [[0] * 6, [1] * 6])
+    opcheck(torch.ops.spot.verify_tree.default, tuple(args), {"backend": "reference"})
+    opcheck(torch.ops.spot.verify_tree.default, tuple(batch([([-1], [0], [0], [-1], [-1])], [[0, 0]])))
+
+
+def good():
+    return batch([([-1, 0, 1], [0, 1, 2], [0, 10, 20], [1, 2, 3], [10, 20, 30])], [[0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize(
+    "index,value,error,match",
+    [
+        (0, torch.zeros(1, 0, dtype=I64), ValueError, "N >= 1"),
+        (0, torch.tensor([[0, 0, 1]]), ValueError, "parents.*root"),
+        (0, torch.tensor([[-1, 1, 1]]), ValueError, "parents.*precede"),
+        (0, torch.tensor([[-1, 0, 3]]), ValueError, "parents.*precede"),
+        (0, torch.tensor([[-1, 0, -2]]), ValueError, "parents"),
+        (0, torch.tensor([[-1, 0, 1]], dtype=torch.int32), TypeError, "parents.*int64"),
+        (0, torch.tensor([-1, 0, 1]), ValueError, "parents.*2 dimensions"),
+        (1, torch.tensor([[0, 4, 2]]), ValueError, "draft_pos"),
+        (1, torch.tensor([[0, -1, 2]]), ValueError, "draft_pos"),
+        (1, torch.tensor([[0, 1]]), ValueError, "draft_pos.*shape"),
+        (2, torch.tensor([[0, 10, -3]]), ValueError, "draft_tokens"),
+        (3, torch.tensor([[1, 4, 3]]), ValueError, "target_pos"),
+        (3, torch.tensor([[1, -2, 3]]), ValueError, "target_pos"),
+        (4, torch.tensor([[10, -1, 30]]), ValueError, "target_tokens"),
+        (4, torch.tensor([[10.0, 20.0, 30.0]]), TypeError, "target_tokens"),
+        (5, torch.zeros(2, 4, dtype=I64), ValueError, "block"),
+        (5, torch.zeros(4, dtype=I64), ValueError, "block.*2 dimensions"),
+        (5, torch.zeros(1, 4, dtype=I64, device="meta"), ValueError, "on one device"),
+        (2, None, TypeError, "draft_tokens.*Tensor"),
+    ],
+)
+def test_bad_input(index, value, error, match):
+    args = good()
+    args[index] = value
+    with pytest.raises(error, match=match):
+        spot_kernels.verify_tree(*args)
+
+
+def test_inactive_nodes_are_not_range_checked():
+    """Padding nodes (parent -1) may carry anything in their draft and target slots."""
+    args = batch([([-1, 0, -1], [0, 1, 99], [0, 10, -5], [1, 2, -9], [10, 20, -9])], [[0, 0, 0, 0]])
+    assert spot_kernels.verify_tree(*args).num_accepted.tolist() == [2]
+
+
+def test_unknown_backend():
+    with pytest.raises(ValueError, match="backend"):
+        spot_kernels.verify_tree(*good(), backend="gpu")
