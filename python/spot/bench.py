@@ -1,0 +1,81 @@
+"""Decoder benchmark: every method on the same prompts and seeds, in one process (DESIGN §6)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from collections import Counter
+
+import torch
+from tqdm import tqdm
+
+from .decode import generate
+
+
+def random_prompts(vocab_size: int, count: int, length: int, seed: int, low: int = 3) -> list[list[int]]:
+    """Token-id prompts for models without text (ids below `low` are special tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, vocab_size, (count, length), generator=g).tolist()
+
+
+def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
+              **settings) -> dict:
+    """Run `methods` (standard always first, it is the reference) and return the JSON-ready report."""
+    methods = ["standard"] + [m for m in methods if m != "standard"]
+    batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
+    report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
+                           "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
+                           "torch": torch.__version__, "machine": platform.machine()},
+              "methods": {}}
+    reference = None
+    bar = tqdm(total=len(methods) * len(batches), desc="bench", disable=not progress, unit="batch")
+    for method in methods:
+        tokens, passes, generated, seconds, hist = [], 0, 0, 0.0, Counter()
+        for start, batch in zip(range(0, len(prompts), batch_size), batches):
+            rows = list(range(start, start + len(batch)))  # noise rows follow the prompt, not the batch
+            t0 = time.perf_counter()
+            out = generate(target, batch, method, drafter=drafter if method == "spot" else None, rows=rows,
+                           **settings)
+            seconds += time.perf_counter() - t0
+            tokens += out.tokens
+            passes += out.stats.target_passes
+            generated += out.stats.generated_tokens
+            hist.update(out.stats.commits_per_pass)
+            bar.set_postfix(method=method)
+            bar.update()
+        if reference is None:
+            reference = tokens
+        report["methods"][method] = {
+            "target_passes": passes,
+            "generated_tokens": generated,
+            "passes_per_token": passes / generated if generated else None,
+            "seconds": seconds,
+            "tokens_per_second": generated / seconds if seconds else None,
+            "exact_match_vs_standard": tokens == reference,
+            "commits_per_pass": {str(k): v for k, v in sorted(hist.items())},
+        }
+    bar.close()
+    base = report["methods"]["standard"]
+    for r in report["methods"].values():
+        r["pass_reduction_vs_standard"] = base["target_passes"] / r["target_passes"] if r["target_passes"] else None
+        r["speedup_vs_standard"] = (r["tokens_per_second"] / base["tokens_per_second"]
+                                    if r["tokens_per_second"] and base["tokens_per_second"] else None)
+    return report
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{'method':<11} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} {'tok/s':>9} "
+             f"{'speedup':>8} exact"]
+    for name, r in report["methods"].items():
+        lines.append(f"{name:<11} {r['target_passes']:>7} {r['generated_tokens']:>7} "
+                     f"{r['passes_per_token'] or float('nan'):>9.4f} {r['pass_reduction_vs_standard'] or 0:>8.2f}x "
+                     f"{r['tokens_per_second'] or 0:>9.1f} {r['speedup_vs_standard'] or 0:>7.2f}x "
+                     f"{r['exact_match_vs_standard']}")
+    return "\n".join(lines)
+
+
+def write_json(report: dict, path) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")

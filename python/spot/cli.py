@@ -1,0 +1,176 @@
+"""`spot` / `python -m spot`: generate text, or benchmark decoding methods against each other."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .bench import format_report, random_prompts, run_bench, write_json
+from .decode import CONFIDENCE_KINDS, METHODS, generate
+from .loading import DTYPES, load_target
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="default", help="'default' (embedded), 'random', or a weights directory")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget", type=int, default=16, help="tree node budget per verification pass (root included)")
+    p.add_argument("--width", type=int, default=4, help="frontier nodes expanded per depth")
+    p.add_argument("--branch", type=int, default=4, help="children drafted per frontier node")
+    p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
+    p.add_argument("--methods", default="standard,confidence", help=f"comma-separated subset of {','.join(METHODS)}")
+
+
+def _methods(text: str) -> list[str]:
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise SystemExit(f"--methods: unknown {bad or 'empty'}; choose from {','.join(METHODS)}")
+    return methods
+
+
+def _settings(a) -> dict:
+    return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
+                budget=a.budget, width=a.width, branch=a.branch, confidence=a.confidence)
+
+
+def _drafter(methods):
+    if "spot" not in methods:
+        return None
+    from . import load_drafter
+    return load_drafter()
+
+
+def _prompts(a, target) -> list[list[int]]:
+    tok = getattr(target, "tokenizer", None)
+    texts = None
+    if getattr(a, "prompts_file", None):
+        with open(a.prompts_file) as f:
+            texts = [line.rstrip("\n").replace("\\n", "\n") for line in f if line.strip()]
+    elif getattr(a, "prompt", None) is not None:
+        texts = [a.prompt]
+    if texts is not None:
+        if tok is None:
+            raise SystemExit("this target has no tokenizer: use --prompt-len for random token prompts")
+        return [tok.encode(t) for t in texts][: getattr(a, "num_prompts", None) or None]
+    held_out = _held_out_prompts(target, a)
+    if held_out:
+        return held_out
+    return random_prompts(target.vocab_size, getattr(a, "num_prompts", 1), a.prompt_len, a.seed)
+
+
+def _held_out_prompts(target, a):
+    """Held-out prompts shipped with the package, when the target has the shipped tokenizer."""
+    try:
+        from .prompts import held_out_prompts
+    except ImportError:
+        return None
+    if getattr(target, "tokenizer", None) is None:
+        return None
+    texts = held_out_prompts(getattr(a, "num_prompts", 1))
+    return [target.tokenizer.encode(t) for t in texts] or None
+
+
+def cmd_generate(a) -> int:
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    methods = _methods(a.methods)
+    prompts = _prompts(a, target)[:1]
+    tok = target.tokenizer
+    drafter = _drafter(methods)
+    if tok is not None:
+        print(f"--- prompt ---\n{tok.decode(prompts[0])}")
+    rows = []
+    for i, method in enumerate(methods):
+        out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, **_settings(a))
+        if i == 0:
+            text = tok.decode(out.tokens[0]) if tok is not None else " ".join(map(str, out.tokens[0]))
+            print(f"--- generated ({method}) ---\n{text}\n---")
+        s = out.stats
+        rows.append(f"{method:<11} passes {s.target_passes:>5}  tokens {s.generated_tokens:>5}  "
+                    f"passes/token {s.passes_per_token:.3f}  tokens/s {s.tokens_per_second:8.1f}")
+    print("\n".join(rows))
+    return 0
+
+
+def cmd_bench(a) -> int:
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    methods = _methods(a.methods)
+    prompts = _prompts(a, target)
+    report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods),
+                       progress=not a.quiet, **_settings(a))
+    report["settings"]["target"] = a.target
+    print(format_report(report))
+    if a.json:
+        write_json(report, a.json)
+        print(f"wrote {a.json}")
+    return 0
+
+
+def cmd_train_target(a) -> int:
+    from .loading import WEIGHTS_DIR
+    from .model import ModelConfig
+    from .tokenizer import encode_documents, load_tokenizer
+    from .train_target import TrainConfig, train
+
+    tok = load_tokenizer()
+    train_tokens = encode_documents(a.corpus, tok, "train")
+    heldout_tokens = encode_documents(a.corpus, tok, "heldout")
+    print(f"corpus: {train_tokens.size} train tokens, {heldout_tokens.size} held-out tokens")
+    mcfg = ModelConfig(vocab_size=tok.vocab_size, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
+                       n_kv_heads=a.kv_heads, d_ff=a.d_ff, pad_id=tok.pad_id, eos_id=tok.eos_id, mask_id=tok.mask_id)
+    cfg = TrainConfig(seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr, seed=a.seed,
+                      minutes=a.minutes, eval_every=a.eval_every)
+    result = train(mcfg, cfg, train_tokens, heldout_tokens, a.out, export_dir=a.export or WEIGHTS_DIR)
+    print(f"trained {result['step']} steps, {result['parameters']} parameters; exported to {a.export or WEIGHTS_DIR}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spot", description="Lossless speculative decoding for diffusion LMs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="decode one prompt and compare methods")
+    _common(g)
+    g.add_argument("--prompt", help="prompt text (default: a held-out prompt, or random ids for --target random)")
+    g.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")
+    g.set_defaults(func=cmd_generate)
+    b = sub.add_parser("bench", help="run methods on the same prompts and seeds; write JSON")
+    _common(b)
+    b.set_defaults(methods="standard,confidence,oracle")
+    b.add_argument("--prompts-file", help="one prompt per line (\\n for newlines)")
+    b.add_argument("--num-prompts", type=int, default=8)
+    b.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")
+    b.add_argument("--batch-size", type=int, default=1)
+    b.add_argument("--json", help="write the report here")
+    b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(func=cmd_bench)
+    t = sub.add_parser("train-target", help="train the embedded target on the offline corpus (resumable)")
+    t.add_argument("--corpus", default=".cache/corpus", help="built by `python -m spot.corpus --out DIR`")
+    t.add_argument("--out", default=".cache/train-target", help="checkpoint directory (resumes from it)")
+    t.add_argument("--export", help="where the final weights go (default: the package's weights/)")
+    t.add_argument("--steps", type=int, default=1300)
+    t.add_argument("--minutes", type=float, default=0.0, help="stop and export after this long (0: no limit)")
+    t.add_argument("--batch-size", type=int, default=16)
+    t.add_argument("--seq-len", type=int, default=256)
+    t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--eval-every", type=int, default=200)
+    t.add_argument("--d-model", type=int, default=256)
+    t.add_argument("--layers", type=int, default=5)
+    t.add_argument("--heads", type=int, default=8)
+    t.add_argument("--kv-heads", type=int, default=4)
+    t.add_argument("--d-ff", type=int, default=704)
+    t.set_defaults(func=cmd_train_target)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

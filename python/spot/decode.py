@@ -1,0 +1,189 @@
+"""`spot.generate`: standard, confidence-drafted, SPOT and oracle decoding of a block-diffusion target.
+
+Every method runs the same loop: build a tree of candidate block states (standard: the root alone), score all of
+it in ONE target pass, and let `verify_tree` accept the longest chain that equals the target's own trajectory
+(DESIGN §2.2-2.4). Commits use the coupled noise of (seed, row, absolute position, commit step), so every exact
+method yields the tokens of `standard` at any temperature.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+import spot_kernels
+
+from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures
+from .target import Target
+from .tree import Tree, grow_tree
+
+METHODS = ("standard", "confidence", "spot", "oracle")
+CONFIDENCE_KINDS = ("prob", "raw_prob", "margin", "neg_entropy")
+
+
+@dataclass
+class DecodeStats:
+    method: str
+    target_passes: int = 0
+    generated_tokens: int = 0
+    seconds: float = 0.0
+    commits_per_pass: Counter = field(default_factory=Counter)  # commits -> (row, pass) count
+
+    @property
+    def passes_per_token(self) -> float:
+        return self.target_passes / self.generated_tokens if self.generated_tokens else math.inf
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else math.inf
+
+
+@dataclass
+class GenerateOutput:
+    tokens: list[list[int]]  # generated tokens per prompt, cut after the first end-of-sequence token
+    stats: DecodeStats
+    orders: torch.Tensor  # int64 [batch, blocks, B]: positions in commit order, per block
+
+
+def generate(target: Target, prompts, method: str = "standard", *, max_new_tokens: int = 256,
+             block_size: int = 32, temperature: float = 0.0, seed: int = 0, budget: int = 16,
+             width: int = 4, branch: int = 4, drafter: Drafter | None = None, eos_id: int | None = -1,
+             confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
+             backend: str = "auto") -> GenerateOutput:
+    """Decode `prompts` (a list of token-id lists) with one of METHODS.
+
+    budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
+    drafter: the order drafter for method="spot". eos_id: stop id (-1: the target's own; None: never stop).
+    rows: noise row id per prompt (default 0..batch-1) so that results do not depend on batch composition.
+    progress: an optional callable(done_blocks, total_blocks).
+    """
+    prompts = _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget,
+                          width, branch, drafter, confidence, top_k)
+    if eos_id == -1:
+        eos_id = target.eos_id
+    b, dev = len(prompts), target.device
+    rows = torch.arange(b, device=dev) if rows is None else torch.as_tensor(rows, dtype=torch.long, device=dev)
+    if rows.shape != (b,):
+        raise ValueError(f"rows: expected {b} row ids, got shape {tuple(rows.shape)}")
+    if method == "oracle":  # the true order comes from a standard run that is not counted
+        ref = generate(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=block_size,
+                       temperature=temperature, seed=seed, eos_id=eos_id, confidence=confidence,
+                       top_k=top_k, rows=rows, backend=backend)
+        drafter = OracleDrafter(ref.orders.to(dev))
+    elif method == "confidence":
+        drafter = ConfidenceDrafter()
+
+    stats = DecodeStats(method)
+    t0 = time.perf_counter()
+    session = target.start(prompts, max_new_tokens, block_size)
+    n_blocks = -(-max_new_tokens // block_size) if max_new_tokens else 0
+    orders = torch.full((b, n_blocks, block_size), -1, dtype=torch.long, device=dev)
+    out = torch.empty(b, 0, dtype=torch.long, device=dev)
+    finished = torch.zeros(b, dtype=torch.bool, device=dev)
+    k = min(top_k, target.vocab_size)
+    for blk in range(n_blocks):
+        block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=dev)
+        step = torch.zeros(b, dtype=torch.long, device=dev)
+        stale = None
+        while bool((block == target.mask_id).any()):
+            if method == "standard" or stale is None:
+                tree = Tree.root_only(block)
+            else:
+                tree = grow_tree(block, step, stale, drafter, budget=budget, width=width, branch=branch,
+                                 seed=seed, rows=rows, temperature=float(temperature), mask_id=target.mask_id,
+                                 backend=backend)
+            block_start = session.block_start
+            logits = session.score(tree.states)
+            logits[..., target.mask_id] = float("-inf")  # committing the mask token would undo a commit
+            n = tree.states.shape[1]
+            masked = tree.states == target.mask_id
+            tok, conf, topk_p, topk_i, commit = spot_kernels.score(
+                logits, masked, seed, rows[:, None].expand(b, n), block_start[:, None].expand(b, n),
+                step[:, None] + tree.depth, float(temperature), confidence=confidence, top_k=k, backend=backend)
+            commit_tok = torch.where(commit >= 0, tok.gather(2, commit.clamp_min(0)[..., None]).squeeze(2), -1)
+            acc_pos, _, n_acc, new_block, last = spot_kernels.verify_tree(
+                tree.parents, tree.positions, tree.tokens, commit, commit_tok, block, backend=backend)
+            active = masked[:, 0].any(1)
+            if bool((active & (n_acc == 0)).any()):
+                raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
+            _record_order(orders[:, blk], step, acc_pos, n_acc)
+            stats.commits_per_pass.update(n_acc[active].tolist())
+            block, step = new_block, step + n_acc
+            pick = last[:, None]
+            stale = StaleFeatures(
+                topk_probs=topk_p[torch.arange(b, device=dev), last], topk_ids=topk_i[torch.arange(b, device=dev), last],
+                tokens=tok.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
+                confidence=conf.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
+                masked=masked.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
+                block_start=block_start, block_index=blk, confidence_kind=confidence)
+        session.append(block)
+        out = torch.cat((out, block), 1)
+        if eos_id is not None:
+            finished |= (block == eos_id).any(1)
+        if progress is not None:
+            progress(blk + 1, n_blocks)
+        if bool(finished.all()):
+            break
+    stats.target_passes = session.passes
+    tokens = [_cut(row, max_new_tokens, eos_id) for row in out.tolist()]
+    stats.generated_tokens = sum(len(t) for t in tokens)
+    stats.seconds = time.perf_counter() - t0
+    return GenerateOutput(tokens, stats, orders)
+
+
+def _record_order(orders_blk: torch.Tensor, step: torch.Tensor, acc_pos: torch.Tensor, n_acc: torch.Tensor):
+    """Write this pass's accepted positions into slots step .. step + n_acc - 1 of each row's order."""
+    b, n = acc_pos.shape
+    slots = step[:, None] + torch.arange(n, device=acc_pos.device)
+    ok = torch.arange(n, device=acc_pos.device)[None] < n_acc[:, None]
+    r, c = torch.nonzero(ok, as_tuple=True)
+    orders_blk[r, slots[r, c]] = acc_pos[r, c]
+
+
+def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
+    row = row[:max_new_tokens]
+    if eos_id is not None and eos_id in row:
+        row = row[: row.index(eos_id) + 1]
+    return row
+
+
+def _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch,
+                drafter, confidence, top_k) -> list[list[int]]:
+    if not isinstance(target, Target):
+        raise TypeError(f"target: expected a spot.Target, got {type(target).__name__}")
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    if isinstance(prompts, torch.Tensor):
+        prompts = [prompts] if prompts.dim() == 1 else list(prompts)
+    if not isinstance(prompts, (list, tuple)):
+        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
+    clean = []
+    for i, p in enumerate(prompts):
+        p = p.tolist() if isinstance(p, torch.Tensor) else list(p)
+        if not all(isinstance(t, int) for t in p):
+            raise TypeError(f"prompts[{i}]: expected integer token ids")
+        if any(not 0 <= t < target.vocab_size for t in p):
+            raise ValueError(f"prompts[{i}]: token ids must lie in [0, {target.vocab_size})")
+        clean.append(p)
+    for name, value, low in (("max_new_tokens", max_new_tokens, 0), ("block_size", block_size, 1),
+                             ("budget", budget, 1), ("width", width, 1), ("branch", branch, 1),
+                             ("top_k", top_k, 1)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        if value < low:
+            raise ValueError(f"{name}: expected >= {low}, got {value}")
+    if not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r}")
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature: expected a finite number >= 0, got {temperature!r}")
+    if confidence not in CONFIDENCE_KINDS:
+        raise ValueError(f"confidence: expected one of {CONFIDENCE_KINDS}, got {confidence!r}")
+    if method == "spot" and drafter is None:
+        raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
+    if drafter is not None and not isinstance(drafter, Drafter):
+        raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
+    return clean

@@ -1,0 +1,69 @@
+"""Order drafters: who predicts WHICH masked position the target commits next (DESIGN §2.4).
+
+A drafter reads the stale features of the target's previous pass and a draft node's masked flags, and returns
+one logit per block position: log P(next commit = j) up to a constant. Ineligible (committed) positions are
+masked out by `spot_kernels.select_children`, so a drafter need not care about them. Tokens for drafted
+children always come from the stale top-K with coupled noise, never from the drafter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass
+class StaleFeatures:
+    """Outputs of the target's previous pass at the node whose state seeds this round. All [batch, B, ...]."""
+
+    topk_probs: torch.Tensor  # [batch, B, K] tempered probabilities, descending
+    topk_ids: torch.Tensor  # [batch, B, K] int64 (-1 = padding)
+    tokens: torch.Tensor  # [batch, B] int64, the token sampled at each position
+    confidence: torch.Tensor  # [batch, B] confidence of that token (the decode's confidence kind)
+    masked: torch.Tensor  # [batch, B] bool, positions masked in the scored state
+    block_start: torch.Tensor  # [batch] int64, absolute position of block position 0
+    block_index: int  # which block of the generation (0-based)
+    confidence_kind: str = "prob"
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    def position_logits(self, stale: StaleFeatures, node_masked: torch.Tensor, node_row: torch.Tensor,
+                        depth: torch.Tensor) -> torch.Tensor:
+        """node_masked bool [F, B], node_row int64 [F] (batch row of each frontier node), depth int64 [F]
+        (depth of the frontier node below the root) -> float [F, B] position logits."""
+
+
+class ConfidenceDrafter:
+    """No learned model: the next commit is drafted in order of the stale confidences (Spiffy-style)."""
+
+    def position_logits(self, stale, node_masked, node_row, depth):
+        conf = stale.confidence[node_row]
+        if stale.confidence_kind in ("prob", "raw_prob"):
+            return conf.clamp_min(1e-30).log()  # P(j) proportional to the stale confidence
+        return conf  # margin / negative entropy are already log-scale-like scores
+
+
+class OracleDrafter:
+    """Diagnostic ceiling: drafts the true future commit order recorded from a `standard` run.
+
+    `orders` int64 [batch, num_blocks, B]: the positions in the order standard decoding committed them.
+    The drafted position is the first one in that order still masked in the node; tokens still come from the
+    stale top-K, so this bounds what any order drafter can achieve on the target.
+    """
+
+    def __init__(self, orders: torch.Tensor):
+        self.orders = orders
+
+    def position_logits(self, stale, node_masked, node_row, depth):
+        order = self.orders[node_row, stale.block_index]  # [F, B]
+        pending = node_masked.gather(1, order.clamp_min(0)) & (order >= 0)
+        first = torch.where(pending.any(1), pending.to(torch.int8).argmax(1), -1)
+        logits = torch.full(node_masked.shape, float("-inf"), dtype=stale.topk_probs.dtype,
+                            device=node_masked.device)
+        has = first >= 0
+        rows = torch.nonzero(has).squeeze(1)
+        logits[rows, order[rows, first[rows]]] = 0.0
+        return logits

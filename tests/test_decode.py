@@ -1,0 +1,170 @@
+"""Exactness of the decoder (DESIGN §2.5): every exact method yields the tokens of `standard`, in float64 on CPU."""
+
+import itertools
+
+import pytest
+import torch
+
+import spot
+import spot_kernels
+from spot.decode import generate
+from spot.model import BlockDiffusionLM, ModelConfig
+from spot.target import ModelTarget
+
+TINY = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
+
+
+def sharp_target(seed=0, scale=0.3, dtype=torch.float64):
+    """A tiny random target whose predictions are peaked, so drafted trees are actually accepted."""
+    torch.manual_seed(seed)
+    model = BlockDiffusionLM(TINY)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, scale)
+    return ModelTarget(model.to(dtype))
+
+
+@pytest.fixture(scope="module")
+def target():
+    return sharp_target()
+
+
+PROMPTS = [[5, 9, 14], [7] * 11, [3, 50, 60, 70, 80, 90, 11], [42]]
+
+
+def _run(target, prompts, method, **kw):
+    return generate(target, prompts, method, eos_id=None, **kw)
+
+
+def _max_new(block_size):
+    # Two blocks (the second cut short) where that is cheap; one block at B = 32 keeps the suite fast.
+    return block_size if block_size == 32 else block_size + block_size // 2
+
+
+@pytest.mark.parametrize("block_size", [4, 16, 32])
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_confidence_equals_standard(target, block_size, temperature):
+    """4 prompts x 3 seeds unbatched + 3 batched runs of the 4 prompts, per (B, T): 24 combinations each,
+    216 over the grid (DESIGN §2.5 asks for at least 200)."""
+    combos, accepted = 0, 0
+    for seed in (0, 1, 2):
+        for prompts in [[p] for p in PROMPTS] + [PROMPTS]:  # unbatched, then batched
+            rows = [PROMPTS.index(p) for p in prompts]  # noise rows follow the prompt, not the batch slot
+            kw = dict(max_new_tokens=_max_new(block_size), block_size=block_size, temperature=temperature,
+                      seed=seed, rows=rows, budget=8)
+            ref = _run(target, prompts, "standard", **kw)
+            out = _run(target, prompts, "confidence", **kw)
+            assert out.tokens == ref.tokens, (prompts, seed)
+            assert torch.equal(out.orders, ref.orders)
+            assert out.stats.target_passes <= ref.stats.target_passes
+            accepted += sum(n for c, n in out.stats.commits_per_pass.items() if c > 1)
+            combos += len(prompts)
+    assert combos == 24
+    assert accepted > 0, "no drafted commit was ever accepted: verification would go untested"
+
+
+def test_oracle_equals_standard(target):
+    passes = {"standard": 0, "oracle": 0}
+    for block_size, temperature in itertools.product([4, 16, 32], [0.0, 1.0]):
+        kw = dict(max_new_tokens=_max_new(block_size), block_size=block_size, temperature=temperature, seed=7)
+        ref = _run(target, PROMPTS, "standard", **kw)
+        assert ref.stats.target_passes == -(-kw["max_new_tokens"] // block_size) * block_size  # fused appends
+        out = _run(target, PROMPTS, "oracle", **kw)
+        assert out.tokens == ref.tokens, (block_size, temperature)
+        assert out.stats.target_passes <= ref.stats.target_passes
+        passes["standard"] += ref.stats.target_passes
+        passes["oracle"] += out.stats.target_passes
+    assert passes["oracle"] < passes["standard"]
+
+
+def test_batched_equals_unbatched_with_row_ids(target):
+    kw = dict(max_new_tokens=8, block_size=4, temperature=1.0, seed=3)
+    batched = _run(target, PROMPTS, "confidence", **kw)
+    for i, p in enumerate(PROMPTS):
+        single = _run(target, [p], "standard", rows=[i], **kw)
+        assert single.tokens[0] == batched.tokens[i]
+
+
+def test_spot_method_with_a_drafter_object(target):
+    kw = dict(max_new_tokens=16, block_size=16, temperature=0.7, seed=5)
+    ref = _run(target, PROMPTS[:2], "standard", **kw)
+    out = _run(target, PROMPTS[:2], "spot", drafter=spot.ConfidenceDrafter(), **kw)
+    assert out.tokens == ref.tokens
+
+
+def test_broken_acceptance_rule_is_caught(target, monkeypatch):
+    """Accepting a child whose position matches but whose token differs must break exactness."""
+    real = spot_kernels.verify_tree
+
+    def accept_on_position_only(parents, draft_pos, draft_tokens, target_pos, target_tokens, block, **kw):
+        parent = parents.clamp_min(0)
+        same_pos = (parents >= 0) & (draft_pos == target_pos.gather(1, parent))
+        forged = torch.where(same_pos, target_tokens.gather(1, parent), draft_tokens)
+        return real(parents, draft_pos, forged, target_pos, target_tokens, block, **kw)
+
+    kw = dict(max_new_tokens=32, block_size=16, temperature=1.0, seed=0)
+    ref = _run(target, PROMPTS, "standard", **kw)
+    assert _run(target, PROMPTS, "confidence", **kw).tokens == ref.tokens
+    monkeypatch.setattr(spot_kernels, "verify_tree", accept_on_position_only)
+    assert _run(target, PROMPTS, "confidence", **kw).tokens != ref.tokens
+
+
+def test_eos_stops_and_cuts(target):
+    ref = generate(target, PROMPTS, "standard", max_new_tokens=24, block_size=4, seed=1, temperature=1.0,
+                   eos_id=None)
+    eos = ref.tokens[0][5]  # pretend a token that occurs is the end-of-sequence id
+    out = generate(target, PROMPTS, "confidence", max_new_tokens=24, block_size=4, seed=1, temperature=1.0,
+                   eos_id=eos)
+    for full, cut in zip(ref.tokens, out.tokens):
+        expected = full[: full.index(eos) + 1] if eos in full else full
+        assert cut == expected
+
+
+def test_stats_are_consistent(target):
+    out = _run(target, PROMPTS, "confidence", max_new_tokens=16, block_size=16, temperature=0.0)
+    s = out.stats
+    assert s.generated_tokens == 4 * 16
+    assert sum(c * n for c, n in s.commits_per_pass.items()) == 4 * 16  # every commit counted once per row
+    assert s.passes_per_token == s.target_passes / s.generated_tokens
+    assert s.seconds > 0
+
+
+@pytest.mark.parametrize("kwargs, exc, word", [
+    (dict(method="greedy"), ValueError, "method"),
+    (dict(max_new_tokens=-1), ValueError, "max_new_tokens"),
+    (dict(block_size=0), ValueError, "block_size"),
+    (dict(budget=0), ValueError, "budget"),
+    (dict(temperature=-0.5), ValueError, "temperature"),
+    (dict(temperature=float("nan")), ValueError, "temperature"),
+    (dict(seed=-1), ValueError, "seed"),
+    (dict(confidence="entropy"), ValueError, "confidence"),
+    (dict(method="spot"), ValueError, "drafter"),
+    (dict(prompts=[[1, 2, 97]]), ValueError, "prompts[0]"),
+    (dict(prompts=[[1.5]]), TypeError, "prompts[0]"),
+    (dict(prompts="hello"), TypeError, "prompts"),
+    (dict(block_size=2.0), TypeError, "block_size"),
+    (dict(rows=[0, 1]), ValueError, "rows"),
+    (dict(drafter=object(), method="spot"), TypeError, "drafter"),
+])
+def test_bad_arguments(target, kwargs, exc, word):
+    args = dict(prompts=[[1, 2, 3]], method="standard")
+    args.update(kwargs)
+    with pytest.raises(exc, match=word.replace("[", r"\[").replace("]", r"\]")):
+        generate(target, args.pop("prompts"), args.pop("method"), **args)
+
+
+def test_target_type_checked():
+    with pytest.raises(TypeError, match="target"):
+        generate(object(), [[1]], "standard")
+
+
+def test_zero_new_tokens(target):
+    out = generate(target, PROMPTS, "confidence", max_new_tokens=0)
+    assert out.tokens == [[], [], [], []] and out.stats.target_passes == 0
+
+
+def test_empty_prompt_is_allowed(target):
+    ref = _run(target, [[]], "standard", max_new_tokens=4, block_size=4)
+    out = _run(target, [[]], "confidence", max_new_tokens=4, block_size=4)
+    assert out.tokens == ref.tokens and len(ref.tokens[0]) == 4
