@@ -1,0 +1,32 @@
+"""The command line: `spot bench` writes the documented JSON, `spot generate` prints text and statistics."""
+
+import json
+
+from spot.cli import main
+
+FIELDS = {"target_passes", "generated_tokens", "passes_per_token", "seconds", "tokens_per_second",
+          "exact_match_vs_standard", "commits_per_pass"}
+
+
+def test_bench_json_on_random_model(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--target", "random", "--num-prompts", "2", "--max-new-tokens", "8", "--block-size", "4",
+               "--temperature", "1.0", "--methods", "standard,confidence,oracle", "--json", str(out), "--quiet"])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert set(report["methods"]) == {"standard", "confidence", "oracle"}
+    for r in report["methods"].values():
+        assert FIELDS <= set(r)
+        assert r["exact_match_vs_standard"] is True
+        assert r["generated_tokens"] == 16
+    assert report["methods"]["standard"]["target_passes"] == 2 * 8  # batch 1: 8 passes per prompt
+    assert report["settings"]["block_size"] == 4 and report["settings"]["num_prompts"] == 2
+    assert "standard" in capsys.readouterr().out
+
+
+def test_generate_prints_text_and_stats(capsys):
+    rc = main(["generate", "--target", "random", "--max-new-tokens", "8", "--block-size", "4",
+               "--prompt", "def add(a, b):", "--methods", "standard,confidence"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "def add(a, b):" in text and "standard" in text and "confidence" in text and "passes" in text
