@@ -28,16 +28,21 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
                            "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
-    reference = None
+    reference, standard_orders = None, []
     bar = tqdm(total=len(methods) * len(batches), desc="bench", disable=not progress, unit="batch")
     for method in methods:
         tokens, passes, generated, seconds, hist = [], 0, 0, 0.0, Counter()
-        for start, batch in zip(range(0, len(prompts), batch_size), batches):
+        for index, batch in enumerate(batches):
+            start = index * batch_size
             rows = list(range(start, start + len(batch)))  # noise rows follow the prompt, not the batch
+            extra = {"drafter": drafter} if method == "spot" else {}
+            if method == "oracle":  # reuse the true order of the standard run above
+                extra = {"orders": standard_orders[index]}
             t0 = time.perf_counter()
-            out = generate(target, batch, method, drafter=drafter if method == "spot" else None, rows=rows,
-                           **settings)
+            out = generate(target, batch, method, rows=rows, **extra, **settings)
             seconds += time.perf_counter() - t0
+            if method == "standard":
+                standard_orders.append(out.orders)
             tokens += out.tokens
             passes += out.stats.target_passes
             generated += out.stats.generated_tokens

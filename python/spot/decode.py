@@ -53,13 +53,15 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              block_size: int = 32, temperature: float = 0.0, seed: int = 0, budget: int = 16,
              width: int = 4, branch: int = 4, drafter: Drafter | None = None, eos_id: int | None = -1,
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
-             backend: str = "auto") -> GenerateOutput:
+             backend: str = "auto", orders: torch.Tensor | None = None) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
     drafter: the order drafter for method="spot". eos_id: stop id (-1: the target's own; None: never stop).
     rows: noise row id per prompt (default 0..batch-1) so that results do not depend on batch composition.
     progress: an optional callable(done_blocks, total_blocks).
+    orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
+    uncounted, to find them).
     """
     prompts = _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget,
                           width, branch, drafter, confidence, top_k)
@@ -70,10 +72,11 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     if rows.shape != (b,):
         raise ValueError(f"rows: expected {b} row ids, got shape {tuple(rows.shape)}")
     if method == "oracle":  # the true order comes from a standard run that is not counted
-        ref = generate(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=block_size,
-                       temperature=temperature, seed=seed, eos_id=eos_id, confidence=confidence,
-                       top_k=top_k, rows=rows, backend=backend)
-        drafter = OracleDrafter(ref.orders.to(dev))
+        if orders is None:
+            orders = generate(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=block_size,
+                              temperature=temperature, seed=seed, eos_id=eos_id, confidence=confidence,
+                              top_k=top_k, rows=rows, backend=backend).orders
+        drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
         drafter = ConfidenceDrafter()
 
