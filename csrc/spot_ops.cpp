@@ -23,6 +23,7 @@ TORCH_LIBRARY(spot, m) {
   m.def(R"spot(tree_mask_packed(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size, str backend="auto") -> Tensor)spot");
   m.def(R"spot(tree_position_ids(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size, str backend="auto") -> Tensor)spot");
   m.def(R"spot(verify_tree(Tensor parents, Tensor draft_pos, Tensor draft_tokens, Tensor target_pos, Tensor target_tokens, Tensor block, str backend="auto") -> (Tensor accepted_pos, Tensor accepted_tokens, Tensor num_accepted, Tensor new_block, Tensor last_node))spot");
+  m.def(R"spot(tree_attention(Tensor q, Tensor k_prefix, Tensor v_prefix, Tensor k_nodes, Tensor v_nodes, Tensor key_start, float? scale=None, str backend="auto") -> Tensor)spot");
 }
 
 #ifndef SPOT_WITH_CUDA

@@ -8,6 +8,8 @@ define no autograd formula (decoding runs without gradients; integer outputs are
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from . import backends, checks
@@ -24,6 +26,7 @@ _REFERENCE = {
     "tree_mask_packed": tree_attention.tree_mask_packed,
     "tree_position_ids": tree_attention.tree_position_ids,
     "verify_tree": verify.verify_tree,
+    "tree_attention": tree_attention.tree_attention,
 }
 
 
@@ -43,6 +46,7 @@ _VALIDATORS = {
     "score": checks.score,
     "select_children": checks.select_children,
     "verify_tree": checks.verify_tree,
+    "tree_attention": checks.tree_attention,
     **{op: _tree_validator(op) for op in ("tree_mask", "tree_mask_additive", "tree_mask_packed",
                                           "tree_position_ids")},
 }
@@ -149,6 +153,11 @@ def _fake_verify_tree(parents, draft_pos, draft_tokens, target_pos, target_token
     )
 
 
+def _fake_tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale=None, backend="auto"):
+    checks.tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale, values=False)
+    return q.new_empty(q.shape)
+
+
 _FAKES = {
     "noise_uniform": _fake_noise_uniform,
     "score": _fake_score,
@@ -158,6 +167,7 @@ _FAKES = {
     "tree_mask_packed": _fake_tree_mask_packed,
     "tree_position_ids": _fake_tree_position_ids,
     "verify_tree": _fake_verify_tree,
+    "tree_attention": _fake_tree_attention,
 }
 
 
@@ -169,6 +179,16 @@ def register(define_schemas: bool) -> list[torch.library.Library]:
         for schema in SCHEMAS.values():
             schema_lib.define(schema)
         libs.append(schema_lib)
+    else:
+        # An extension built from older sources lacks newer ops: define those from Python and say so.
+        missing = [op for op in SCHEMAS if not hasattr(torch.ops.spot, op)]
+        if missing:
+            warnings.warn(f"spot_kernels._C predates the ops {missing} (rebuild with pip install "
+                          "--no-build-isolation -e .); defining their schemas from Python", stacklevel=3)
+            schema_lib = torch.library.Library("spot", "FRAGMENT")
+            for op in missing:
+                schema_lib.define(SCHEMAS[op])
+            libs.append(schema_lib)
     impl_lib = torch.library.Library("spot", "IMPL")
     for op in SCHEMAS:
         backends.register(op, "reference", _REFERENCE[op])

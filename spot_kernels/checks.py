@@ -270,3 +270,46 @@ def verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens, blo
         at_least(op, "target_tokens", torch.where(active & (target_pos >= 0), target_tokens, 0), 0,
                  "a token id wherever target_pos >= 0")
     return device
+
+
+def attention_scale(op: str, value) -> float | None:
+    """None (1/sqrt(D)) or a finite real > 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"spot.{op}: scale must be a float or None, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"spot.{op}: scale must be finite and > 0 (or None for 1/sqrt(D)), got {value}")
+    return value
+
+
+def tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale, *, values: bool) -> torch.device:
+    op = "tree_attention"
+    tensor(op, "q", q, FLOAT_DTYPES, ndim=5)
+    b, hq, n, block, dim = q.shape
+    if dim < 1:
+        raise ValueError(f"spot.{op}: q must have a head dimension D >= 1, got shape {list(q.shape)}")
+    same = (q.dtype,)
+    tensor(op, "k_prefix", k_prefix, same, ndim=4)
+    if k_prefix.shape[0] != b or k_prefix.shape[3] != dim:
+        raise ValueError(f"spot.{op}: k_prefix must have shape [b, Hkv, P, D] = [{b}, Hkv, P, {dim}] (b, D from q), "
+                         f"got {list(k_prefix.shape)}")
+    hkv, prefix = k_prefix.shape[1], k_prefix.shape[2]
+    if hkv < 1 or hq % hkv != 0:
+        raise ValueError(f"spot.{op}: the query heads Hq = {hq} must be a multiple of the key/value heads "
+                         f"Hkv = {hkv} >= 1 (grouped-query attention)")
+    tensor(op, "v_prefix", v_prefix, same, ndim=4)
+    shape(op, "v_prefix", v_prefix, tuple(k_prefix.shape), "k_prefix.shape")
+    tensor(op, "k_nodes", k_nodes, same, ndim=5)
+    shape(op, "k_nodes", k_nodes, (b, hkv, n, block, dim), "[b, Hkv, N, B, D] from q and k_prefix")
+    tensor(op, "v_nodes", v_nodes, same, ndim=5)
+    shape(op, "v_nodes", v_nodes, (b, hkv, n, block, dim), "[b, Hkv, N, B, D] from q and k_prefix")
+    tensor(op, "key_start", key_start, _I64, ndim=1)
+    shape(op, "key_start", key_start, (b,), "[b] from q")
+    attention_scale(op, scale)
+    device = same_device(op, q=q, k_prefix=k_prefix, v_prefix=v_prefix, k_nodes=k_nodes, v_nodes=v_nodes,
+                         key_start=key_start)
+    if values and values_enabled(device):
+        in_range(op, "key_start", key_start, 0, prefix + 1, what="first valid prefix key, at most P")
+    return device

@@ -258,3 +258,34 @@ def verify_tree(
                        target_pos=target_pos, target_tokens=target_tokens, block=block)
     return VerifyOutput(*torch.ops.spot.verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens,
                                                     block, backend))
+
+
+def tree_attention(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor,
+    v_prefix: torch.Tensor,
+    k_nodes: torch.Tensor,
+    v_nodes: torch.Tensor,
+    key_start: torch.Tensor,
+    scale: float | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Shared-prefix tree attention: N node copies of a block attend to one cached prefix and to themselves.
+
+    Args:
+        q: [b, Hq, N, B, D] float16/bfloat16/float32/float64, the queries of N nodes of a B-token block.
+        k_prefix, v_prefix: [b, Hkv, P, D], same dtype: the cached prefix shared by every node of a row;
+            Hq must be a multiple of Hkv (query head h reads key/value head h // (Hq // Hkv)).
+        k_nodes, v_nodes: [b, Hkv, N, B, D], same dtype: each node's own keys/values.
+        key_start: [b] int64, first valid prefix key of each row (left padding), 0 <= key_start <= P.
+        scale: softmax scale, finite and > 0; None means 1/sqrt(D).
+        backend: see the module docstring.
+    Returns:
+        [b, Hq, N, B, D] in q's dtype: query (b, h, n, i) attends to prefix keys key_start[b] <= k < P and to the
+        B keys of node n (bidirectionally), never to another node.
+    """
+    op = "tree_attention"
+    scale = checks.attention_scale(op, scale)
+    checks.tensor_args(op, q=q, k_prefix=k_prefix, v_prefix=v_prefix, k_nodes=k_nodes, v_nodes=v_nodes,
+                       key_start=key_start)
+    return torch.ops.spot.tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale, backend)

@@ -42,6 +42,10 @@ SCHEMAS: dict[str, str] = {
         'Tensor target_tokens, Tensor block, str backend="auto") -> (Tensor accepted_pos, '
         'Tensor accepted_tokens, Tensor num_accepted, Tensor new_block, Tensor last_node)'
     ),
+    "tree_attention": (
+        'tree_attention(Tensor q, Tensor k_prefix, Tensor v_prefix, Tensor k_nodes, Tensor v_nodes, '
+        'Tensor key_start, float? scale=None, str backend="auto") -> Tensor'
+    ),
 }
 
 # Op name -> op family: the file name shared by every backend (reference/<family>.py, triton/<family>.py,
@@ -55,4 +59,5 @@ FAMILIES: dict[str, str] = {
     "tree_mask_packed": "tree_attention",
     "tree_position_ids": "tree_attention",
     "verify_tree": "verify",
+    "tree_attention": "tree_attention",
 }

@@ -21,6 +21,11 @@ def sample_args(op: str) -> tuple:
         t = torch.tensor
         return (t([[-1, 0, 1]]), t([[0, 1, 2]]), t([[0, 10, 20]]), t([[1, 2, 3]]), t([[10, 20, 30]]),
                 torch.zeros(1, 4, dtype=I64))
+    if op == "tree_attention":
+        b, hq, hkv, n, block, prefix, dim = 2, 4, 2, 3, 2, 5, 4
+        return (torch.randn(b, hq, n, block, dim, generator=g), torch.randn(b, hkv, prefix, dim, generator=g),
+                torch.randn(b, hkv, prefix, dim, generator=g), torch.randn(b, hkv, n, block, dim, generator=g),
+                torch.randn(b, hkv, n, block, dim, generator=g), torch.tensor([0, 2]), None)
     tree = (torch.tensor([0, 2]), 5, 2, 2, 3)
     if op == "tree_mask_additive":
         return tree + (torch.float32,)

@@ -216,3 +216,116 @@ def test_mask_mod_bad_input():
 def test_unknown_backend():
     with pytest.raises(ValueError, match="backend"):
         spot_kernels.tree_mask(torch.tensor([0]), 4, 1, 1, 2, backend="cpu")
+
+
+# ------------------------------------------------------------------------------------ shared-prefix tree attention
+
+def attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype=torch.float64, seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
+
+    return (rnd(b, hq, n, block, dim), rnd(b, hkv, prefix, dim), rnd(b, hkv, prefix, dim),
+            rnd(b, hkv, n, block, dim), rnd(b, hkv, n, block, dim))
+
+
+def brute_tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale=None):
+    """Each (row, head, node) separately: plain softmax attention over [valid prefix keys + own node keys]."""
+    b, hq, n, block, dim = q.shape
+    group = hq // k_prefix.shape[1]
+    scale = 1.0 / math.sqrt(dim) if scale is None else scale
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for row in range(b):
+        ks = int(key_start[row])
+        for h in range(hq):
+            kv = h // group
+            for node in range(n):
+                keys = torch.cat([k_prefix[row, kv, ks:], k_nodes[row, kv, node]]).double()
+                vals = torch.cat([v_prefix[row, kv, ks:], v_nodes[row, kv, node]]).double()
+                w = torch.softmax(q[row, h, node].double() @ keys.T * scale, dim=-1)
+                out[row, h, node] = w @ vals
+    return out
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 2, 3, 5, 7, 8), (1, 2, 2, 1, 1, 0, 3), (3, 6, 1, 2, 4, 9, 16),
+                                   (0, 2, 1, 2, 3, 4, 8), (2, 2, 1, 0, 3, 4, 8)],
+                         ids=lambda s: "b{}-hq{}-hkv{}-N{}-B{}-P{}-D{}".format(*s))
+def test_tree_attention_against_brute_force(shape):
+    b, hq, hkv, n, block, prefix, dim = shape
+    args = attention_inputs(*shape)
+    key_start = torch.tensor([(3 * r) % (prefix + 1) for r in range(b)], dtype=I64)
+    if b:
+        key_start[-1] = prefix  # a row whose prefix is all padding: nodes see only themselves
+    out = spot_kernels.tree_attention(*args, key_start)
+    assert out.dtype == torch.float64 and out.shape == (b, hq, n, block, dim) and out.is_contiguous()
+    torch.testing.assert_close(out, brute_tree_attention(*args, key_start), rtol=1e-10, atol=1e-12)
+    scaled = spot_kernels.tree_attention(*args, key_start, scale=0.3)
+    torch.testing.assert_close(scaled, brute_tree_attention(*args, key_start, scale=0.3), rtol=1e-10, atol=1e-12)
+
+
+def test_tree_attention_equals_sdpa_with_the_tree_mask():
+    """The op computes what the model computes with tree_mask + SDPA over [prefix; node tokens] (num_new = 0)."""
+    b, hq, hkv, n, block, prefix, dim = 2, 4, 2, 3, 4, 6, 8
+    q, kp, vp, kn, vn = attention_inputs(b, hq, hkv, n, block, prefix, dim, seed=5)
+    key_start = torch.tensor([0, 4])
+    out = spot_kernels.tree_attention(q, kp, vp, kn, vn, key_start)
+    keys = torch.cat([kp, kn.reshape(b, hkv, n * block, dim)], dim=2).repeat_interleave(hq // hkv, dim=1)
+    vals = torch.cat([vp, vn.reshape(b, hkv, n * block, dim)], dim=2).repeat_interleave(hq // hkv, dim=1)
+    mask = spot_kernels.tree_mask(key_start, prefix, 0, n, block)
+    want = torch.nn.functional.scaled_dot_product_attention(q.reshape(b, hq, n * block, dim), keys, vals,
+                                                            attn_mask=mask)
+    torch.testing.assert_close(out.reshape(b, hq, n * block, dim), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_tree_attention_low_precision(dtype):
+    args = attention_inputs(2, 4, 1, 2, 3, 5, 8, dtype=dtype, seed=2)
+    key_start = torch.tensor([1, 0])
+    out = spot_kernels.tree_attention(*args, key_start)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), brute_tree_attention(*args, key_start), rtol=2e-2, atol=2e-2)
+
+
+def test_tree_attention_opcheck():
+    args = attention_inputs(2, 4, 2, 2, 3, 5, 4, dtype=torch.float32)
+    opcheck(torch.ops.spot.tree_attention.default, args + (torch.tensor([0, 2]),), {"backend": "reference"})
+    opcheck(torch.ops.spot.tree_attention.default, args + (torch.tensor([1, 5]), 0.5))
+    empty = attention_inputs(2, 2, 1, 0, 3, 0, 4, dtype=torch.float32)
+    opcheck(torch.ops.spot.tree_attention.default, empty + (torch.tensor([0, 0]),))
+
+
+def _attention_call(**override):
+    q, kp, vp, kn, vn = attention_inputs(2, 4, 2, 3, 2, 5, 4, dtype=torch.float32)
+    kw = dict(q=q, k_prefix=kp, v_prefix=vp, k_nodes=kn, v_nodes=vn, key_start=torch.tensor([0, 2]))
+    kw.update(override)
+    return spot_kernels.tree_attention(**kw)
+
+
+@pytest.mark.parametrize(
+    "override,error,match",
+    [
+        (dict(q=torch.zeros(2, 4, 3, 2)), ValueError, "q must have 5 dimensions"),
+        (dict(q=torch.zeros(2, 4, 3, 2, 4, dtype=torch.int64)), TypeError, "q must have dtype"),
+        (dict(q=torch.zeros(2, 4, 3, 2, 0)), ValueError, "D >= 1"),
+        (dict(k_prefix=torch.zeros(2, 2, 5, 4, dtype=torch.float64)), TypeError, "k_prefix must have dtype float32"),
+        (dict(k_prefix=torch.zeros(2, 2, 5, 3)), ValueError, "k_prefix must have shape"),
+        (dict(k_prefix=torch.zeros(1, 2, 5, 4)), ValueError, "k_prefix must have shape"),
+        (dict(k_prefix=torch.zeros(2, 3, 5, 4)), ValueError, "multiple of the key/value heads"),
+        (dict(v_prefix=torch.zeros(2, 2, 4, 4)), ValueError, "v_prefix must have shape"),
+        (dict(k_nodes=torch.zeros(2, 2, 2, 2, 4)), ValueError, "k_nodes must have shape"),
+        (dict(v_nodes=torch.zeros(2, 2, 3, 2, 4, dtype=torch.float16)), TypeError, "v_nodes must have dtype"),
+        (dict(key_start=torch.tensor([0, 6])), ValueError, "key_start"),
+        (dict(key_start=torch.tensor([-1, 0])), ValueError, "key_start"),
+        (dict(key_start=torch.tensor([0, 1, 2])), ValueError, "key_start must have shape"),
+        (dict(key_start=torch.tensor([0, 1], dtype=torch.int32)), TypeError, "key_start must have dtype int64"),
+        (dict(key_start=[0, 1]), TypeError, "key_start must be a torch.Tensor"),
+        (dict(scale=0.0), ValueError, "scale must be finite and > 0"),
+        (dict(scale=math.nan), ValueError, "scale must be finite"),
+        (dict(scale="x"), TypeError, "scale must be a float"),
+        (dict(k_prefix=torch.zeros(2, 2, 5, 4, device="meta")), ValueError, "on one device|is on meta"),
+    ],
+)
+def test_tree_attention_bad_input(override, error, match):
+    with pytest.raises(error, match=match):
+        _attention_call(**override)

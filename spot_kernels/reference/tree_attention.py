@@ -90,3 +90,43 @@ def tree_mask_mod(key_start: torch.Tensor, prefix_len: int, num_new: int, block_
         return _visible(key_start[b], q_idx, kv_idx, prefix_len, num_new, block_size)
 
     return mask_mod
+
+
+def tree_attention(
+    q: torch.Tensor,
+    k_prefix: torch.Tensor,
+    v_prefix: torch.Tensor,
+    k_nodes: torch.Tensor,
+    v_nodes: torch.Tensor,
+    key_start: torch.Tensor,
+    scale: float | None,
+) -> torch.Tensor:
+    """Reference for spot::tree_attention (docs/ops.md, "Shared-prefix tree attention").
+
+    q: [b, Hq, N, B, D]; k_prefix, v_prefix: [b, Hkv, P, D]; k_nodes, v_nodes: [b, Hkv, N, B, D]; key_start: [b].
+    Every query (b, h, n, i) attends to prefix keys key_start[b] <= k < P and to the B keys of its own node n,
+    with one softmax over both, in float32 (float64 for float64 inputs). Returns [b, Hq, N, B, D] in q's dtype.
+    """
+    b, hq, n, block, dim = q.shape
+    hkv, prefix = k_prefix.shape[1], k_prefix.shape[2]
+    group = hq // hkv
+    cdtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if scale is None:
+        scale = 1.0 / math.sqrt(dim)
+    # Grouped heads: query head h = kv * group + g reads kv head kv.
+    qg = q.to(cdtype).reshape(b, hkv, group, n * block, dim)
+    kp = k_prefix.to(cdtype)[:, :, None]  # [b, Hkv, 1, P, D]
+    vp = v_prefix.to(cdtype)[:, :, None]
+    s_prefix = torch.matmul(qg, kp.transpose(-1, -2)) * scale  # [b, Hkv, G, N*B, P]
+    visible = torch.arange(prefix, device=q.device)[None, :] >= key_start[:, None]  # [b, P]
+    s_prefix = s_prefix.masked_fill(~visible[:, None, None, None, :], -math.inf)
+    qn = qg.reshape(b, hkv, group, n, block, dim)
+    kn = k_nodes.to(cdtype)[:, :, None]  # [b, Hkv, 1, N, B, D]
+    vn = v_nodes.to(cdtype)[:, :, None]
+    s_node = torch.matmul(qn, kn.transpose(-1, -2)) * scale  # [b, Hkv, G, N, B, B]
+    scores = torch.cat([s_prefix.reshape(b, hkv, group, n, block, prefix), s_node], dim=-1)
+    probs = torch.softmax(scores, dim=-1)  # never an empty row: a node always sees its own B keys
+    p_prefix, p_node = probs[..., :prefix], probs[..., prefix:]
+    out = torch.matmul(p_prefix.reshape(b, hkv, group, n * block, prefix), vp).reshape(b, hkv, group, n, block, dim)
+    out = out + torch.matmul(p_node, vn)
+    return out.reshape(b, hq, n, block, dim).to(q.dtype).contiguous()
