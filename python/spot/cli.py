@@ -23,6 +23,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--branch", type=int, default=4, help="children drafted per frontier node")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
     p.add_argument("--methods", default="standard,confidence", help=f"comma-separated subset of {','.join(METHODS)}")
+    p.add_argument("--ignore-eos", action="store_true", help="decode max-new-tokens even past end-of-sequence")
 
 
 def _methods(text: str) -> list[str]:
@@ -35,7 +36,8 @@ def _methods(text: str) -> list[str]:
 
 def _settings(a) -> dict:
     return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
-                budget=a.budget, width=a.width, branch=a.branch, confidence=a.confidence)
+                budget=a.budget, width=a.width, branch=a.branch, confidence=a.confidence,
+                eos_id=None if a.ignore_eos else -1)
 
 
 def _drafter(methods):
