@@ -25,6 +25,7 @@ PUBLIC_OPS = OPS + ["tree_mask_mod"]
 def _python(code: str, **env) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **env}
     full_env.pop("SPOT_BACKEND", None)
+    full_env.pop("TRITON_INTERPRET", None)  # set by conftest.py when there is no GPU
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           env=full_env, cwd=str(ROOT / "tests"), timeout=120)
 
@@ -98,6 +99,9 @@ def test_forcing_triton_on_cpu_tensors(op, monkeypatch):
                        match="triton backend needs CUDA tensors or TRITON_INTERPRET=1"):
         getattr(torch.ops.spot, op)(*sample_args(op), backend="triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # As if spot_kernels/triton/ had no kernel for any op (every op has one; tests/test_triton.py runs them).
+    monkeypatch.setattr(backends, "_imported_triton_families", set(FAMILIES.values()))
+    monkeypatch.setattr(backends, "_registry", {k: v for k, v in backends._registry.items() if k[1] != "triton"})
     with pytest.raises(spot_kernels.BackendUnavailable, match=f"triton backend: no kernel for spot::{op} yet"):
         getattr(torch.ops.spot, op)(*sample_args(op), backend="triton")
 
@@ -151,7 +155,7 @@ def test_registered_triton_kernel_is_routed(monkeypatch):
     spot_kernels.tree_mask(*args)
     assert len(calls) == 2
     assert spot_kernels.available_backends("tree_mask", "cpu") == ["triton", "reference"]
-    assert spot_kernels.available_backends("score", "cpu") == ["reference"]
+    assert spot_kernels.available_backends("score", "cpu") == ["triton", "reference"]  # spot_kernels/triton/
 
 
 def test_cuda_reasons(monkeypatch):
@@ -166,9 +170,10 @@ def test_cuda_reasons(monkeypatch):
     assert "spot_kernels._C is not loaded" in backends._kernel("score", "cuda", cuda)[1]
 
 
-def test_auto_on_cuda_tensors_falls_back_to_the_reference():
+def test_auto_on_cuda_tensors_falls_back_to_the_reference(monkeypatch):
     """With no CUDA or Triton kernel for an op yet, "auto" on a CUDA device picks the reference."""
     for op in OPS:
+        monkeypatch.setattr(backends, "triton_importable", lambda: False)  # and Triton were not installed
         assert backends.resolve(op, torch.device("cuda"), "auto") is backends._registry[(op, "reference")]
 
 

@@ -1,0 +1,135 @@
+"""Compile every Triton kernel of spot_kernels for a GPU target without a GPU (Triton's own ptxas), and report the
+registers and spills ptxas reports. Catches what the CPU interpreter cannot: typing rules of the compiler,
+unsupported ops, register spills.
+
+    python bench/triton_compile_check.py               # sm_90 (H100/H200)
+    python bench/triton_compile_check.py --arch 80     # A100
+    PYTHONPATH=/path/to/triton-3.6/site python bench/triton_compile_check.py   # another Triton version
+
+Exit status 1 if any kernel fails to compile. TRITON_INTERPRET must not be set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    sys.exit("unset TRITON_INTERPRET: the interpreter does not compile")
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from spot_kernels.triton import drafter, noise, scoring, tree_attention, verify  # noqa: E402
+
+
+def _source(fn, signature, constexprs):
+    full = dict(signature)
+    for name in constexprs:
+        full[name] = "constexpr"
+    try:
+        return ASTSource(fn=fn, signature=full, constexprs=constexprs)
+    except TypeError:  # older spelling
+        return ASTSource(fn=fn, signature=full, constants=constexprs)
+
+
+def _ptxas_report(compiled, arch: int) -> str:
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    tool = get_ptxas(arch)
+    exe = getattr(tool, "path", None) or tool[0]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(compiled.asm["ptx"])
+    sm = f"sm_{arch}a" if arch == 90 else f"sm_{arch}"
+    res = subprocess.run([exe, f"-arch={sm}", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
+    os.unlink(f.name)
+    keep = [line.split(":", 1)[-1].strip() for line in res.stderr.splitlines()
+            if "registers" in line or "spill" in line]
+    return "; ".join(keep)
+
+
+def _i(*names, ty="i32"):
+    return {n: ty for n in names}
+
+
+def kernels():
+    """(name, fn, signature without constexprs, constexprs, num_warps)"""
+    score_sig = {"logits_ptr": "*bf16", "row_stride": "i64", **_i("V", "B"), "rows_ptr": "*i64",
+                 "bstart_ptr": "*i64", "steps_ptr": "*i64", "seed_key": "i64", "temperature": "fp32",
+                 "tokens_ptr": "*i64", "conf_ptr": "*fp32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
+                 "valid_ptr": "*i8", "K": "i32"}
+    for has_t in (False, True):
+        for conf in (0, 1, 2, 3):
+            yield (f"score T{'>' if has_t else '='}0 conf{conf}", scoring._score_rows_kernel, score_sig,
+                   dict(HAS_T=has_t, CONF=conf, KP=32, BLOCK_V=2048), 8)
+    yield ("score fp16 K=4 small V", scoring._score_rows_kernel, {**score_sig, "logits_ptr": "*fp16"},
+           dict(HAS_T=True, CONF=0, KP=4, BLOCK_V=64), 1)
+    yield ("score commit", scoring._commit_kernel,
+           {"conf_ptr": "*fp32", "masked_ptr": "*u8", "valid_ptr": "*i8", "out_ptr": "*i64", "B": "i32"},
+           dict(BLOCK_B=32), 1)
+    strides = _i("r0", "r1", "r2", "r3", "p0", "p1", "p2", "p3", "s0", "s1", "s2", "s3", "v0", "v1", "v2", "v3")
+    yield ("noise_uniform", noise._noise_kernel,
+           {"out_ptr": "*fp32", **{p: "*i64" for p in ("r_ptr", "p_ptr", "s_ptr", "v_ptr")}, "seed_key": "i64",
+            "numel": "i64", **_i("d1", "d2", "d3"), **strides}, dict(BLOCK=1024), 4)
+    for dtype, has_t in (("fp32", True), ("fp64", True), ("fp32", False)):
+        yield (f"select_children {dtype} T{'>' if has_t else '='}0", drafter._select_children_kernel,
+               {"logits_ptr": f"*{dtype}", "masked_ptr": "*u8", "path_ptr": f"*{dtype}", "probs_ptr": f"*{dtype}",
+                "ids_ptr": "*i64", "rows_ptr": "*i64", "bstart_ptr": "*i64", "steps_ptr": "*i64",
+                "seed_key": "i64", "temperature": "fp32", **_i("B", "K", "k"),
+                **_i("ps_f", "ps_b", "ps_k", "is_f", "is_b", "is_k"),
+                "pos_out": "*i64", "lp_out": f"*{dtype}", "tok_out": "*i64"},
+               dict(HAS_T=has_t, BLOCK_B=32, BLOCK_K=32), 1)
+    for n in (8, 64, 256):
+        yield (f"verify_tree N<={n}", verify._verify_kernel,
+               {**{p: "*i64" for p in ("parents_ptr", "dpos_ptr", "dtok_ptr", "tpos_ptr", "ttok_ptr", "block_ptr",
+                                       "acc_pos_ptr", "acc_tok_ptr", "num_ptr", "new_block_ptr", "last_ptr")},
+                **_i("N", "B")},
+               dict(ROUNDS=max(1, (n - 1).bit_length()), BLOCK_N=n, BLOCK_B=32), 1 if n <= 64 else 4)
+    tree_args = {"ks_ptr": "*i64", **_i("P", "NUM_NEW", "BS", "NQ", "NK")}
+    yield ("tree_mask", tree_attention._dense_mask_kernel, {**tree_args, "out_ptr": "*u8"},
+           dict(ADDITIVE=False, BLOCK_Q=32, BLOCK_K=128), 4)
+    yield ("tree_mask_additive bf16", tree_attention._dense_mask_kernel, {**tree_args, "out_ptr": "*bf16"},
+           dict(ADDITIVE=True, BLOCK_Q=32, BLOCK_K=128), 4)
+    yield ("tree_mask_packed", tree_attention._packed_mask_kernel, {**tree_args, "out_ptr": "*i32", "NW": "i32"},
+           dict(BLOCK_Q=16, BLOCK_W=8), 4)
+    yield ("tree_position_ids", tree_attention._position_ids_kernel,
+           {"ks_ptr": "*i64", "out_ptr": "*i64", **_i("P", "NUM_NEW", "BS", "NQ")}, dict(BLOCK_Q=256), 4)
+    attn_strides = _i("sq_b", "sq_h", "sq_n", "sq_i", "sq_d", "skp_b", "skp_h", "skp_k", "skp_d", "svp_b", "svp_h",
+                      "svp_k", "svp_d", "skn_b", "skn_h", "skn_n", "skn_i", "skn_d", "svn_b", "svn_h", "svn_n",
+                      "svn_i", "svn_d")
+    for dtype, ieee, bm in (("bf16", False, 128), ("fp16", False, 64), ("fp32", True, 64)):
+        yield (f"tree_attention {dtype} BLOCK_M={bm}", tree_attention._tree_attention_kernel,
+               {**{p: f"*{dtype}" for p in ("q_ptr", "kp_ptr", "vp_ptr", "kn_ptr", "vn_ptr")}, "ks_ptr": "*i64",
+                "o_ptr": f"*{dtype}", "qk_scale": "fp32", **_i("HKV", "G", "N", "B", "P", "D"), **attn_strides},
+               dict(IEEE=ieee, BLOCK_M=bm, BLOCK_N=64, BLOCK_D=128), 8 if bm >= 128 else 4)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--arch", type=int, default=90)
+    parser.add_argument("--only", default="", help="substring of the kernel names to compile")
+    args = parser.parse_args()
+    print(f"triton {triton.__version__}, target sm_{args.arch}")
+    failed = 0
+    for name, fn, sig, consts, warps in kernels():
+        if args.only and args.only not in name:
+            continue
+        t0 = time.time()
+        try:
+            compiled = triton.compile(_source(fn, sig, consts), target=GPUTarget("cuda", args.arch, 32),
+                                      options={"num_warps": warps})
+            print(f"ok    {name:36s} {time.time() - t0:5.1f}s  {_ptxas_report(compiled, args.arch)}", flush=True)
+        except Exception as err:  # noqa: BLE001 - report every failure, then exit 1
+            failed += 1
+            msg = str(err).strip().splitlines()
+            print(f"FAIL  {name:36s} {type(err).__name__}: {' | '.join(msg[-6:])}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Triton kernel for spot::verify_tree (docs/ops.md, "Parallel verification").
+
+One program per batch row holds the whole tree (N <= BLOCK_N lanes) in registers; no host synchronisation and a
+fixed amount of work for a given N, so the launch is CUDA-graph capturable:
+  1. edge flags: node i's drafted commit equals its parent's target commit (parent's target read with `tl.gather`);
+  2. pointer jumping, ceil(log2 N) rounds: ok &= ok[ptr], depth += depth[ptr], ptr = ptr[ptr]
+     (root and inactive nodes point at themselves);
+  3. the deepest accepted node (ties lowest index) from one max over depth * N + (N - 1 - i);
+  4. the chain root -> last: lane t lifts `last` by depth(last) - t with binary lifting, recomputing the jump
+     tables (lifting by 2^a then 2^b commutes, so the bits are applied low to high);
+  5. the commits in order, their count, and the new block (position j takes the token of the last commit at j).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import backends
+from ._common import next_pow2, on_device
+
+
+@triton.jit
+def _verify_kernel(parents_ptr, dpos_ptr, dtok_ptr, tpos_ptr, ttok_ptr, block_ptr,
+                   acc_pos_ptr, acc_tok_ptr, num_ptr, new_block_ptr, last_ptr,
+                   N, B, ROUNDS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_B: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    i = tl.arange(0, BLOCK_N)
+    live = i < N
+    base = row * N
+    parents = tl.load(parents_ptr + base + i, mask=live, other=-1)
+    draft_pos = tl.load(dpos_ptr + base + i, mask=live, other=-1)
+    draft_tok = tl.load(dtok_ptr + base + i, mask=live, other=-1)
+    target_pos = tl.load(tpos_ptr + base + i, mask=live, other=-1)
+    target_tok = tl.load(ttok_ptr + base + i, mask=live, other=-1)
+
+    has_parent = live & (i > 0) & (parents >= 0) & (parents < N)
+    up = tl.where(has_parent, parents, i).to(tl.int32)  # root, inactive and padding lanes point at themselves
+    parent_pos = tl.gather(target_pos, up, 0)
+    parent_tok = tl.gather(target_tok, up, 0)
+    edge = has_parent & (parent_pos >= 0) & (draft_pos == parent_pos) & (draft_tok == parent_tok)
+    ok = (edge | (i == 0)).to(tl.int32)
+    depth = has_parent.to(tl.int32)
+    ptr = up
+    for _ in tl.static_range(ROUNDS):
+        ok = ok & tl.gather(ok, ptr, 0)
+        depth = depth + tl.gather(depth, ptr, 0)
+        ptr = tl.gather(ptr, ptr, 0)
+
+    accepted = live & (ok != 0)
+    rank = tl.where(accepted, depth * N + (N - 1 - i), -1)
+    best = tl.max(rank, axis=0)  # the root is always accepted, so best >= 0
+    last = N - 1 - best % N
+    last_depth = best // N
+
+    # chain[t] = ancestor of `last` at depth t, for t <= last_depth
+    lift = tl.maximum(last_depth - i, 0)
+    chain = tl.zeros([BLOCK_N], tl.int32) + last
+    jump = up
+    for r in tl.static_range(ROUNDS):
+        chain = tl.where(((lift >> r) & 1) != 0, tl.gather(jump, chain, 0), chain)
+        jump = tl.gather(jump, jump, 0)
+    commit_pos = tl.gather(target_pos, chain, 0)
+    commit_tok = tl.gather(target_tok, chain, 0)
+    real = live & (i <= last_depth) & (commit_pos >= 0)
+    tl.store(acc_pos_ptr + base + i, tl.where(real, commit_pos, -1), mask=live)
+    tl.store(acc_tok_ptr + base + i, tl.where(real, commit_tok, -1), mask=live)
+    tl.store(num_ptr + row, tl.sum(real.to(tl.int64), axis=0))
+    tl.store(last_ptr + row, last.to(tl.int64))
+
+    # new block: position j takes the token of the last commit at j (as a sequential scatter would), else stays
+    for b0 in range(0, B, BLOCK_B):
+        jb = b0 + tl.arange(0, BLOCK_B)
+        in_b = jb < B
+        old = tl.load(block_ptr + row * B + jb, mask=in_b, other=0)
+        hit = real[None, :] & (commit_pos[None, :] == jb[:, None])  # [BLOCK_B, BLOCK_N]
+        which = tl.max(tl.where(hit, i[None, :], -1), axis=1)
+        tok = tl.sum(tl.where(hit & (i[None, :] == which[:, None]), commit_tok[None, :], 0), axis=1)
+        tl.store(new_block_ptr + row * B + jb, tl.where(which >= 0, tok, old), mask=in_b)
+
+
+def verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
+    b, n = parents.shape
+    width = block.shape[1]
+    device = parents.device
+    accepted_pos = torch.empty((b, n), dtype=torch.int64, device=device)
+    accepted_tokens = torch.empty((b, n), dtype=torch.int64, device=device)
+    num_accepted = torch.empty((b,), dtype=torch.int64, device=device)
+    new_block = torch.empty((b, width), dtype=torch.int64, device=device)
+    last_node = torch.empty((b,), dtype=torch.int64, device=device)
+    if b == 0:
+        return accepted_pos, accepted_tokens, num_accepted, new_block, last_node
+    block_n = max(2, next_pow2(n))
+    block_b = max(2, min(next_pow2(width), max(16, 4096 // block_n)))
+    with on_device(parents):
+        _verify_kernel[(b,)](
+            parents.contiguous(), draft_pos.contiguous(), draft_tokens.contiguous(), target_pos.contiguous(),
+            target_tokens.contiguous(), block.contiguous(),
+            accepted_pos, accepted_tokens, num_accepted, new_block, last_node,
+            n, width, ROUNDS=max(1, (n - 1).bit_length()), BLOCK_N=block_n, BLOCK_B=block_b,
+            num_warps=1 if block_n <= 64 else 4,
+        )
+    return accepted_pos, accepted_tokens, num_accepted, new_block, last_node
+
+
+backends.register("verify_tree", "triton", verify_tree)
