@@ -7,6 +7,9 @@ unsupported ops, register spills.
     PYTHONPATH=/path/to/triton-3.6/site python bench/triton_compile_check.py   # another Triton version
 
 Exit status 1 if any kernel fails to compile. TRITON_INTERPRET must not be set.
+
+Arguments are specialised as a launch on typical contiguous tensors would: every pointer 16-byte aligned, the
+named integer arguments divisible by 16, unit strides as the constant 1.
 """
 
 from __future__ import annotations
@@ -28,14 +31,14 @@ from triton.compiler import ASTSource  # noqa: E402
 from spot_kernels.triton import drafter, noise, scoring, tree_attention, verify  # noqa: E402
 
 
-def _source(fn, signature, constexprs):
+def _source(fn, signature, constexprs, divisible=()):
     full = dict(signature)
     for name in constexprs:
         full[name] = "constexpr"
-    try:
-        return ASTSource(fn=fn, signature=full, constexprs=constexprs)
-    except TypeError:  # older spelling
-        return ASTSource(fn=fn, signature=full, constants=constexprs)
+    full = {name: full[name] for name in fn.arg_names}
+    aligned = [n for n, ty in full.items() if ty.startswith("*")] + [n for n in divisible if n not in constexprs]
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    return ASTSource(fn=fn, signature=full, constexprs=constexprs, attrs=attrs)
 
 
 def _ptxas_report(compiled, arch: int) -> str:
@@ -58,7 +61,7 @@ def _i(*names, ty="i32"):
 
 
 def kernels():
-    """(name, fn, signature without constexprs, constexprs, num_warps)"""
+    """(name, fn, signature without constexprs, constexprs, num_warps, integer arguments divisible by 16)"""
     score_sig = {"logits_ptr": "*bf16", "row_stride": "i64", **_i("V", "B"), "rows_ptr": "*i64",
                  "bstart_ptr": "*i64", "steps_ptr": "*i64", "seed_key": "i64", "temperature": "fp32",
                  "tokens_ptr": "*i64", "conf_ptr": "*fp32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
@@ -66,7 +69,7 @@ def kernels():
     for has_t in (False, True):
         for conf in (0, 1, 2, 3):
             yield (f"score T{'>' if has_t else '='}0 conf{conf}", scoring._score_rows_kernel, score_sig,
-                   dict(HAS_T=has_t, CONF=conf, KP=32, BLOCK_V=2048), 8)
+                   dict(HAS_T=has_t, CONF=conf, KP=32, BLOCK_V=2048), 8, ["row_stride", "V", "K"])
     yield ("score fp16 K=4 small V", scoring._score_rows_kernel, {**score_sig, "logits_ptr": "*fp16"},
            dict(HAS_T=True, CONF=0, KP=4, BLOCK_V=64), 1)
     yield ("score commit", scoring._commit_kernel,
@@ -102,11 +105,13 @@ def kernels():
     attn_strides = _i("sq_b", "sq_h", "sq_n", "sq_i", "sq_d", "skp_b", "skp_h", "skp_k", "skp_d", "svp_b", "svp_h",
                       "svp_k", "svp_d", "skn_b", "skn_h", "skn_n", "skn_i", "skn_d", "svn_b", "svn_h", "svn_n",
                       "svn_i", "svn_d")
+    unit = {name: 1 for name in attn_strides if name.endswith("_d")}
     for dtype, ieee, bm in (("bf16", False, 128), ("fp16", False, 64), ("fp32", True, 64)):
         yield (f"tree_attention {dtype} BLOCK_M={bm}", tree_attention._tree_attention_kernel,
                {**{p: f"*{dtype}" for p in ("q_ptr", "kp_ptr", "vp_ptr", "kn_ptr", "vn_ptr")}, "ks_ptr": "*i64",
                 "o_ptr": f"*{dtype}", "qk_scale": "fp32", **_i("HKV", "G", "N", "B", "P", "D"), **attn_strides},
-               dict(IEEE=ieee, BLOCK_M=bm, BLOCK_N=64, BLOCK_D=128), 8 if bm >= 128 else 4)
+               dict(IEEE=ieee, BLOCK_M=bm, BLOCK_N=64, BLOCK_D=128, **unit), 8 if bm >= 128 else 4,
+               ["N", "B", "P", "D", *attn_strides])
 
 
 def main() -> int:
@@ -116,12 +121,13 @@ def main() -> int:
     args = parser.parse_args()
     print(f"triton {triton.__version__}, target sm_{args.arch}")
     failed = 0
-    for name, fn, sig, consts, warps in kernels():
+    for name, fn, sig, consts, warps, *divisible in kernels():
         if args.only and args.only not in name:
             continue
         t0 = time.time()
         try:
-            compiled = triton.compile(_source(fn, sig, consts), target=GPUTarget("cuda", args.arch, 32),
+            src = _source(fn, {k: v for k, v in sig.items() if k not in consts}, consts, *divisible)
+            compiled = triton.compile(src, target=GPUTarget("cuda", args.arch, 32),
                                       options={"num_warps": warps})
             print(f"ok    {name:36s} {time.time() - t0:5.1f}s  {_ptxas_report(compiled, args.arch)}", flush=True)
         except Exception as err:  # noqa: BLE001 - report every failure, then exit 1
