@@ -3,9 +3,11 @@
     python -m pytest bench/bench_ops.py --benchmark-json=bench-ops.json        # CPU: the reference
     SPOT_BENCH_FULL=1 python -m pytest bench/bench_ops.py ...                  # GPU: real-model shapes (DESIGN §6)
 
-Backends without a kernel for an op on this device are skipped (and reported as skipped, not as results). Each
-result records the bytes the op must touch at least (inputs read once + outputs written once) in extra_info, so a
-GPU run can be compared with the memory-bandwidth limit.
+Backends without a kernel for an op on this device are skipped (and reported as skipped, not as results); so is
+Triton on CPU tensors (the interpreter's timings mean nothing). Each result records the bytes the op must touch at
+least (inputs read once + outputs written once) in extra_info, so a GPU run can be compared with the
+memory-bandwidth limit. bench/gpu_bench.py measures the issue's goals (fractions of the copy bandwidth, SDPA and
+FlexAttention baselines) in one run.
 """
 
 import os
@@ -25,6 +27,9 @@ SCORE_SHAPES = [(32000, 32, 8, 1)] + ([(32000, 32, 64, 1), (126464, 32, 16, 8), 
 DRAFT_SHAPES = [(64, 32, 32, 4)] + ([(2048, 32, 32, 4)] if FULL else [])
 # (batch, prefix_len, num_nodes, block)
 TREE_SHAPES = [(1, 256, 8, 32)] + ([(8, 2048, 32, 32), (1, 8192, 64, 16)] if FULL else [])
+# (batch, q heads, kv heads, nodes, block, prefix, head dim)
+ATTN_SHAPES = [(1, 4, 2, 4, 16, 256, 64)] + ([(1, 32, 8, 16, 32, 2048, 128), (8, 32, 8, 8, 32, 2048, 128),
+                                              (1, 32, 8, 64, 16, 8192, 128)] if FULL else [])
 # (batch, nodes, block)
 VERIFY_SHAPES = [(32, 8, 32)] + ([(32, 64, 32), (8, 128, 32)] if FULL else [])
 BACKENDS = ["reference", "triton", "cuda"]
@@ -37,6 +42,8 @@ def _nbytes(*tensors) -> int:
 def _run(benchmark, op, backend, args, shape):
     if backend not in spot_kernels.available_backends(op, DEVICE):
         pytest.skip(f"{backend} has no kernel for spot::{op} on {DEVICE.type}")
+    if backend == "triton" and DEVICE.type != "cuda":
+        pytest.skip("Triton on CPU tensors is the interpreter: not a benchmark")
     fn = getattr(torch.ops.spot, op)
 
     def call():
@@ -83,11 +90,28 @@ def test_select_children(benchmark, backend, shape):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", TREE_SHAPES, ids=lambda s: "b{}-P{}-n{}-B{}".format(*s))
-@pytest.mark.parametrize("op", ["tree_mask", "tree_mask_packed", "tree_position_ids"])
+@pytest.mark.parametrize("op", ["tree_mask", "tree_mask_additive", "tree_mask_packed", "tree_position_ids"])
 def test_tree(benchmark, backend, shape, op):
     batch, prefix_len, nodes, block = shape
     key_start = torch.arange(batch, dtype=I64, device=DEVICE) * 3
-    _run(benchmark, op, backend, (key_start, prefix_len, block, nodes, block), shape)
+    extra = (torch.bfloat16 if DEVICE.type == "cuda" else torch.float32,) if op == "tree_mask_additive" else ()
+    _run(benchmark, op, backend, (key_start, prefix_len, block, nodes, block, *extra), shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", ATTN_SHAPES, ids=lambda s: "b{}-hq{}-hkv{}-n{}-B{}-P{}-D{}".format(*s))
+def test_tree_attention(benchmark, backend, shape):
+    batch, hq, hkv, nodes, block, prefix, dim = shape
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+
+    def rnd(*s):
+        return torch.randn(*s, generator=g, device=DEVICE).to(dtype)
+
+    args = (rnd(batch, hq, nodes, block, dim), rnd(batch, hkv, prefix, dim), rnd(batch, hkv, prefix, dim),
+            rnd(batch, hkv, nodes, block, dim), rnd(batch, hkv, nodes, block, dim),
+            torch.zeros(batch, dtype=I64, device=DEVICE), None)
+    _run(benchmark, "tree_attention", backend, args, shape)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

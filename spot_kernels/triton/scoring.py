@@ -43,6 +43,7 @@ NAN = tl.constexpr(float("nan"))
 
 
 def _block_v() -> int:
+    """Vocabulary tile; SPOT_TRITON_SCORE_BLOCK / SPOT_TRITON_SCORE_WARPS override the defaults (GPU tuning)."""
     return int(os.environ.get("SPOT_TRITON_SCORE_BLOCK", "2048"))
 
 
@@ -213,6 +214,10 @@ def _num_warps(block: int) -> int:
     return 8 if block >= 2048 else 4 if block >= 256 else 1
 
 
+def _score_warps(block: int) -> int:
+    return int(os.environ.get("SPOT_TRITON_SCORE_WARPS", _num_warps(block)))
+
+
 def score(logits, masked, seed, rows, block_start, steps, temperature, confidence, top_k):
     block, vocab = logits.shape[-2:]
     if logits.dtype == torch.float64 or top_k > MAX_TOPK or vocab >= 2**31 - 1:
@@ -244,7 +249,7 @@ def score(logits, masked, seed, rows, block_start, steps, temperature, confidenc
             seed_key(seed), float(temperature) if temperature > 0 else 1.0,
             tokens, conf, probs, ids, valid, top_k,
             HAS_T=temperature > 0, CONF=_CONF[confidence], KP=kp, BLOCK_V=block_v,
-            num_warps=_num_warps(block_v),
+            num_warps=_score_warps(block_v),
         )
         block_b = min(1024, next_pow2(block))
         _commit_kernel[(nodes,)](conf, masked.reshape(-1).contiguous().view(torch.uint8), valid, commit, block,

@@ -1,0 +1,411 @@
+"""GPU microbenchmarks of the torch.ops.spot.* ops for every backend present (reference, triton, cuda), with the
+goals of the Triton issue measured in one run:
+
+  - fused scoring on [32 nodes x 32 positions x 151936] bf16 logits: achieved bandwidth as a fraction of the
+    measured device-to-device copy bandwidth, and the speed-up over the PyTorch reference;
+  - verify_tree on 64-node trees at batch 1: microseconds per call (through the op, and replayed from a CUDA graph,
+    which leaves out the Python launch cost);
+  - tree_attention with prefix 2048, 16 nodes x 32 positions, 32 query heads, 8 KV heads, head dim 128, bf16:
+    against PyTorch SDPA with a dense mask and FlexAttention with a block mask on the same inputs;
+  - every other op at DESIGN §6 shapes.
+
+    python bench/gpu_bench.py --json gpu_bench.json [--budget 200] [--quick]
+
+Times are medians of triton.testing.do_bench (CUDA events, L2 flushed between runs). Each section has a try/except
+and the JSON is rewritten after every measurement, so a timeout still leaves the figures so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+
+import torch
+import triton
+from triton.testing import do_bench
+
+import spot_kernels
+
+DEV = torch.device("cuda")
+I64 = torch.int64
+RESULTS: dict = {"meta": {}, "results": [], "goals": {}, "errors": []}
+ARGS = None
+T_START = time.time()
+
+
+def save():
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump(RESULTS, f, indent=1, default=str)
+
+
+def left() -> float:
+    return ARGS.budget - (time.time() - T_START)
+
+
+def record(**row):
+    RESULTS["results"].append(row)
+    line = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items())
+    print(line, flush=True)
+    save()
+
+
+def bench(fn, rep_ms=None) -> float:
+    """Median milliseconds per call."""
+    rep = rep_ms if rep_ms is not None else (40 if ARGS.quick else 100)
+    return float(do_bench(fn, warmup=10, rep=rep, return_mode="median"))
+
+
+def backends_for(op: str) -> list[str]:
+    return [b for b in ("reference", "triton", "cuda") if b in spot_kernels.available_backends(op, DEV)]
+
+
+def nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+def section(name):
+    def wrap(fn):
+        def run(*a, **kw):
+            if left() < 5:
+                RESULTS["errors"].append(f"{name}: skipped, time budget spent")
+                print(f"== {name}: skipped (budget)", flush=True)
+                return None
+            print(f"== {name} ({left():.0f} s left)", flush=True)
+            try:
+                return fn(*a, **kw)
+            except Exception as err:  # noqa: BLE001 - keep going, report
+                RESULTS["errors"].append(f"{name}: {type(err).__name__}: {err}")
+                traceback.print_exc()
+                save()
+                return None
+        return run
+    return wrap
+
+
+# ------------------------------------------------------------------------------------------------ sections
+
+@section("copy bandwidth")
+def copy_bandwidth() -> float:
+    n = 1 << 29  # 1 GiB of bytes
+    src = torch.empty(n, dtype=torch.uint8, device=DEV)
+    dst = torch.empty_like(src)
+    ms = bench(lambda: dst.copy_(src))
+    gbps = 2 * n / ms / 1e6
+    record(op="copy", backend="torch", shape=[n], ms=ms, bytes=2 * n, gb_per_s=gbps)
+    RESULTS["meta"]["copy_gb_per_s"] = gbps
+    return gbps
+
+
+def score_inputs(nodes, block, vocab, batch=1, kind="lm", dtype=torch.bfloat16):
+    g = torch.Generator(device=DEV).manual_seed(0)
+    shape = (batch, nodes, block, vocab)
+    if kind == "lm":  # peaked rows, like a language model's
+        logits = torch.randn(shape, generator=g, device=DEV) * 2.5
+        top = torch.randint(0, vocab, (*shape[:-1], 4), generator=g, device=DEV)
+        logits.scatter_add_(-1, top, 8 + 4 * torch.rand(top.shape, generator=g, device=DEV))
+        logits = logits.to(dtype)
+    else:
+        logits = torch.randn(shape, generator=g, device=DEV, dtype=dtype)
+    masked = torch.rand(batch, nodes, block, generator=g, device=DEV) < 0.5
+    lead = torch.zeros(batch, nodes, dtype=I64, device=DEV)
+    return logits, masked, lead
+
+
+@section("fused scoring goal: [32 x 32 x 151936] bf16")
+def score_goal(copy_gbps):
+    logits, masked, lead = score_inputs(32, 32, 151936)
+    for kind in ("lm", "randn"):
+        if kind == "randn":
+            logits, masked, lead = score_inputs(32, 32, 151936, kind="randn")
+        for temperature in (0.0, 1.0):
+            times = {}
+            for backend in backends_for("score"):
+                fn = lambda b=backend: torch.ops.spot.score(logits, masked, 0, lead, lead, lead, temperature, "prob",
+                                                            32, backend=b)
+                fn()
+                ms = bench(fn, rep_ms=60 if backend == "reference" else None)
+                times[backend] = ms
+                gbps = nbytes(logits) / ms / 1e6
+                record(op="score", backend=backend, shape=[32, 32, 151936], logits=kind, temperature=temperature,
+                       ms=ms, bytes=nbytes(logits), gb_per_s=gbps,
+                       fraction_of_copy=gbps / copy_gbps if copy_gbps else None)
+            for backend in ("triton", "cuda"):
+                if backend in times:
+                    key = f"score_{backend}_{kind}_T{temperature:g}"
+                    RESULTS["goals"][key] = {
+                        "fraction_of_copy_bandwidth": nbytes(logits) / times[backend] / 1e6 / copy_gbps
+                        if copy_gbps else None,
+                        "speedup_vs_reference": times["reference"] / times[backend] if "reference" in times else None,
+                        "goal": ">= 0.70 of copy bandwidth and >= 5x the reference"}
+            save()
+
+
+@section("scoring: Triton tile sweep")
+def score_sweep(copy_gbps):
+    logits, masked, lead = score_inputs(32, 32, 151936)
+    for block in (1024, 2048, 4096):
+        for warps in (4, 8, 16):
+            if block // warps < 64:
+                continue
+            os.environ["SPOT_TRITON_SCORE_BLOCK"] = str(block)
+            os.environ["SPOT_TRITON_SCORE_WARPS"] = str(warps)
+            try:
+                for temperature in (0.0, 1.0):
+                    fn = lambda: torch.ops.spot.score(logits, masked, 0, lead, lead, lead, temperature, "prob", 32,
+                                                      backend="triton")
+                    fn()
+                    ms = bench(fn, rep_ms=40)
+                    gbps = nbytes(logits) / ms / 1e6
+                    record(op="score_sweep", backend="triton", block_v=block, warps=warps, temperature=temperature,
+                           ms=ms, gb_per_s=gbps, fraction_of_copy=gbps / copy_gbps if copy_gbps else None)
+            finally:
+                os.environ.pop("SPOT_TRITON_SCORE_BLOCK", None)
+                os.environ.pop("SPOT_TRITON_SCORE_WARPS", None)
+
+
+@section("scoring at DESIGN §6 shapes")
+def score_shapes():
+    for vocab, block, nodes, batch in ((32000, 32, 8, 1), (32000, 32, 64, 1), (126464, 32, 16, 8),
+                                       (151936, 16, 32, 8), (151936, 32, 1, 32)):
+        logits, masked, lead = score_inputs(nodes, block, vocab, batch)
+        for backend in backends_for("score"):
+            if backend == "reference" and ARGS.quick:
+                continue
+            fn = lambda b=backend: torch.ops.spot.score(logits, masked, 0, lead, lead, lead, 1.0, "prob", 32,
+                                                        backend=b)
+            fn()
+            ms = bench(fn, rep_ms=40)
+            record(op="score", backend=backend, shape=[batch, nodes, block, vocab], temperature=1.0, ms=ms,
+                   gb_per_s=nbytes(logits) / ms / 1e6)
+        del logits
+
+
+def verify_inputs(batch, nodes, block, seed=0):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    node = torch.arange(nodes, device=DEV)
+    parents = (torch.rand(batch, nodes, generator=g, device=DEV) * node).long().where(node > 0, -1)
+    tpos = torch.randint(0, block, (batch, nodes), generator=g, device=DEV)
+    ttok = torch.randint(0, 32000, (batch, nodes), generator=g, device=DEV)
+    par = parents.clamp(min=0)
+    hit = torch.rand(batch, nodes, generator=g, device=DEV) < 0.7
+    dpos = torch.where(hit, tpos.gather(1, par), (tpos.gather(1, par) + 1) % block)
+    return parents, dpos, ttok.gather(1, par), tpos, ttok, torch.zeros(batch, block, dtype=I64, device=DEV)
+
+
+def graph_us_per_call(fn, calls=100) -> float:
+    """Device time per call: `calls` calls captured in one CUDA graph, replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    ms = bench(graph.replay, rep_ms=50)
+    return ms * 1000 / calls
+
+
+@section("verify goal: 64-node trees, batch 1")
+def verify_goal():
+    args = verify_inputs(1, 64, 32)
+    for backend in backends_for("verify_tree"):
+        fn = lambda b=backend: torch.ops.spot.verify_tree(*args, backend=b)
+        fn()
+        us_op = bench(fn) * 1000
+        try:
+            us_graph = graph_us_per_call(fn)
+        except Exception as err:  # noqa: BLE001
+            us_graph = None
+            RESULTS["errors"].append(f"verify graph {backend}: {err}")
+        record(op="verify_tree", backend=backend, shape=[1, 64, 32], us_per_call_op=us_op,
+               us_per_call_cuda_graph=us_graph)
+        if backend != "reference":
+            RESULTS["goals"][f"verify_{backend}_64_nodes_batch1"] = {
+                "us_per_call_through_op": us_op, "us_per_call_cuda_graph": us_graph, "goal": "<= 10 us per call"}
+    save()
+
+
+@section("verify at DESIGN §6 shapes")
+def verify_shapes():
+    for batch, nodes, block in ((32, 64, 32), (8, 128, 32), (32, 8, 32)):
+        args = verify_inputs(batch, nodes, block)
+        for backend in backends_for("verify_tree"):
+            fn = lambda b=backend: torch.ops.spot.verify_tree(*args, backend=b)
+            fn()
+            record(op="verify_tree", backend=backend, shape=[batch, nodes, block], us_per_call_op=bench(fn) * 1000)
+
+
+def attention_inputs(b=1, hq=32, hkv=8, n=16, block=32, prefix=2048, dim=128, dtype=torch.bfloat16):
+    g = torch.Generator(device=DEV).manual_seed(0)
+
+    def rnd(*s):
+        return torch.randn(*s, generator=g, device=DEV, dtype=dtype)
+
+    return (rnd(b, hq, n, block, dim), rnd(b, hkv, prefix, dim), rnd(b, hkv, prefix, dim),
+            rnd(b, hkv, n, block, dim), rnd(b, hkv, n, block, dim), torch.zeros(b, dtype=I64, device=DEV))
+
+
+@section("tree attention goal: P 2048, 16 x 32 nodes, 32/8 heads, D 128, bf16")
+def attention_goal():
+    import torch.nn.functional as F
+
+    b, hq, hkv, n, block, prefix, dim = 1, 32, 8, 16, 32, 2048, 128
+    q, kp, vp, kn, vn, ks = attention_inputs(b, hq, hkv, n, block, prefix, dim)
+    flops = 4 * b * hq * n * block * (prefix + block) * dim  # the useful work
+    times = {}
+    ours = {}
+    for backend in backends_for("tree_attention"):
+        fn = lambda bk=backend: torch.ops.spot.tree_attention(q, kp, vp, kn, vn, ks, None, backend=bk)
+        ours[backend] = fn()
+        ms = bench(fn)
+        times[backend] = ms
+        record(op="tree_attention", backend=backend, shape=[b, hq, hkv, n, block, prefix, dim], ms=ms,
+               tflops=flops / ms / 1e9)
+    # the same attention as one SDPA call over [prefix; node tokens] keys with the dense tree mask
+    qs = q.reshape(b, hq, n * block, dim)
+    keys = torch.cat([kp, kn.reshape(b, hkv, n * block, dim)], dim=2)
+    vals = torch.cat([vp, vn.reshape(b, hkv, n * block, dim)], dim=2)
+    mask = spot_kernels.tree_mask(ks, prefix, 0, n, block)
+    keys_x, vals_x = keys.repeat_interleave(hq // hkv, 1), vals.repeat_interleave(hq // hkv, 1)
+    sdpa = lambda: F.scaled_dot_product_attention(qs, keys_x, vals_x, attn_mask=mask)
+    want = sdpa()
+    times["sdpa_dense_mask"] = bench(sdpa)
+    record(op="tree_attention", backend="sdpa_dense_mask (kv heads expanded)", ms=times["sdpa_dense_mask"],
+           tflops=flops / times["sdpa_dense_mask"] / 1e9)
+    try:
+        sdpa_gqa = lambda: F.scaled_dot_product_attention(qs, keys, vals, attn_mask=mask, enable_gqa=True)
+        sdpa_gqa()
+        ms = bench(sdpa_gqa)
+        record(op="tree_attention", backend="sdpa_dense_mask (enable_gqa)", ms=ms, tflops=flops / ms / 1e9)
+        times["sdpa_dense_mask"] = min(times["sdpa_dense_mask"], ms)
+    except Exception as err:  # noqa: BLE001
+        RESULTS["errors"].append(f"sdpa enable_gqa: {err}")
+    for backend, out in ours.items():
+        err = (out.reshape(b, hq, n * block, dim).float() - want.float()).abs().max().item()
+        record(op="tree_attention_check", backend=backend, max_abs_diff_vs_sdpa=err)
+    if left() > 60:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+            mod = spot_kernels.tree_mask_mod(ks, prefix, 0, block)
+            t0 = time.time()
+            block_mask = create_block_mask(mod, b, None, n * block, prefix + n * block, device=DEV)
+            flex = torch.compile(flex_attention, dynamic=False)
+            flex(qs, keys, vals, block_mask=block_mask, enable_gqa=True)
+            compile_s = time.time() - t0
+            fl = lambda: flex(qs, keys, vals, block_mask=block_mask, enable_gqa=True)
+            times["flex_block_mask"] = bench(fl)
+            record(op="tree_attention", backend="flex_attention (block mask, compiled)", ms=times["flex_block_mask"],
+                   tflops=flops / times["flex_block_mask"] / 1e9, compile_s=compile_s,
+                   max_abs_diff_vs_sdpa=(fl().float() - want.float()).abs().max().item())
+        except Exception as err:  # noqa: BLE001
+            RESULTS["errors"].append(f"flex_attention: {type(err).__name__}: {err}")
+    else:
+        RESULTS["errors"].append("flex_attention: skipped, time budget")
+    for backend in ("triton", "cuda"):
+        if backend in times:
+            RESULTS["goals"][f"tree_attention_{backend}"] = {
+                "ms": times[backend], "sdpa_dense_mask_ms": times.get("sdpa_dense_mask"),
+                "flex_block_mask_ms": times.get("flex_block_mask"),
+                "faster_than_sdpa": times[backend] < times.get("sdpa_dense_mask", math.inf),
+                "faster_than_flex": (times[backend] < times["flex_block_mask"]) if "flex_block_mask" in times
+                else None, "goal": "faster than SDPA (dense mask) and FlexAttention (block mask)"}
+    save()
+
+
+@section("tree attention: Triton tile sweep")
+def attention_sweep():
+    q, kp, vp, kn, vn, ks = attention_inputs()
+    for bm, bn, warps, stages in ((128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 2), (128, 128, 8, 2),
+                                  (64, 128, 4, 3)):
+        env = {"SPOT_TRITON_ATTN_BLOCK_M": bm, "SPOT_TRITON_ATTN_BLOCK_N": bn, "SPOT_TRITON_ATTN_WARPS": warps,
+               "SPOT_TRITON_ATTN_STAGES": stages}
+        os.environ.update({k: str(v) for k, v in env.items()})
+        try:
+            fn = lambda: torch.ops.spot.tree_attention(q, kp, vp, kn, vn, ks, None, backend="triton")
+            fn()
+            record(op="tree_attention_sweep", backend="triton", **{k.split("ATTN_")[1].lower(): v
+                                                                   for k, v in env.items()}, ms=bench(fn, rep_ms=40))
+        finally:
+            for k in env:
+                os.environ.pop(k, None)
+
+
+@section("other ops at DESIGN §6 shapes")
+def other_ops():
+    for frontier, block, top, k in ((64, 32, 32, 4), (2048, 32, 32, 4)):
+        g = torch.Generator(device=DEV).manual_seed(0)
+        probs = torch.softmax(torch.randn(frontier, block, top, generator=g, device=DEV), -1)
+        args = (torch.randn(frontier, block, generator=g, device=DEV),
+                torch.rand(frontier, block, generator=g, device=DEV) < 0.5, torch.zeros(frontier, device=DEV), probs,
+                torch.randint(0, 32000, (frontier, block, top), generator=g, device=DEV), 0,
+                torch.zeros(frontier, dtype=I64, device=DEV), torch.zeros(frontier, dtype=I64, device=DEV),
+                torch.zeros(frontier, dtype=I64, device=DEV), 1.0, k)
+        for backend in backends_for("select_children"):
+            fn = lambda b=backend: torch.ops.spot.select_children(*args, backend=b)
+            fn()
+            record(op="select_children", backend=backend, shape=[frontier, block, top, k],
+                   us_per_call=bench(fn) * 1000)
+    for batch, prefix, nodes, block in ((1, 256, 8, 32), (8, 2048, 32, 32), (1, 8192, 64, 16)):
+        key_start = torch.arange(batch, dtype=I64, device=DEV) * 3
+        for op in ("tree_mask", "tree_mask_additive", "tree_mask_packed", "tree_position_ids"):
+            extra = (torch.bfloat16,) if op == "tree_mask_additive" else ()
+            for backend in backends_for(op):
+                fn = lambda o=op, b=backend, e=extra: getattr(torch.ops.spot, o)(key_start, prefix, block, nodes,
+                                                                                  block, *e, backend=b)
+                out = fn()
+                ms = bench(fn, rep_ms=30)
+                record(op=op, backend=backend, shape=[batch, prefix, nodes, block], ms=ms,
+                       gb_per_s=nbytes(out) / ms / 1e6)
+    rows = torch.arange(256, dtype=I64, device=DEV)[:, None]
+    vocab = torch.arange(151936, dtype=I64, device=DEV)[None, :]
+    for backend in backends_for("noise_uniform"):
+        fn = lambda b=backend: torch.ops.spot.noise_uniform(0, rows, rows, rows, vocab, backend=b)
+        fn()
+        ms = bench(fn, rep_ms=30)
+        record(op="noise_uniform", backend=backend, shape=[256, 151936], ms=ms,
+               g_uniforms_per_s=256 * 151936 / ms / 1e6)
+
+
+def main() -> int:
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", default="gpu_bench.json")
+    parser.add_argument("--budget", type=float, default=240.0, help="seconds; later sections are skipped after")
+    parser.add_argument("--quick", action="store_true")
+    ARGS = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device", file=sys.stderr)
+        return 1
+    RESULTS["meta"].update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                           python=platform.python_version(), cuda=torch.version.cuda,
+                           extension=spot_kernels.HAS_C_EXTENSION,
+                           backends={op: backends_for(op) for op in ("score", "verify_tree", "tree_attention")})
+    print(json.dumps(RESULTS["meta"]), flush=True)
+    copy_gbps = copy_bandwidth() or 0.0
+    score_goal(copy_gbps)
+    verify_goal()
+    attention_goal()
+    score_sweep(copy_gbps)
+    attention_sweep()
+    verify_shapes()
+    other_ops()
+    score_shapes()
+    RESULTS["meta"]["seconds"] = time.time() - T_START
+    save()
+    print(json.dumps(RESULTS["goals"], indent=1, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
