@@ -6,7 +6,9 @@ registers:
     running sum of e^(x - m) (x - m) for "neg_entropy", and the untempered m, s for "raw_prob" at T > 0);
   - the coupled-noise Gumbel-max token: argmax of x + g with g = -log(-log(u(seed, row, pos, step, v))), ties
     lowest id. A tile whose largest x cannot beat the best so far even with the largest possible Gumbel value
-    (fl(max x + 17) <= best; every g is < 16.7) skips the noise: exact, and cheap for peaked real-model logits;
+    (fl(max x + 17) <= best; every g is < 16.7) skips the noise. Otherwise the words are hashed and a 1473-entry
+    table gives a tight upper bound of each g (to 0.025); only a tile where some x + bound beats the best computes
+    the two logs. Both filters are exact (rounding is monotone): the logs, the costly part, run on few tiles;
   - the top-KP (KP = next power of two >= max(K, 2)) entries as int64 keys (value, then lowest id; see
     _common.pack_key), merged with a tile only when the tile's max beats the current K-th value: `tl.topk` of the
     tile, then a bitonic max-merge with the running list;
@@ -16,7 +18,8 @@ Entries whose probability is exactly 0 (-inf logits or underflow) tie at 0 and a
 reference: when fewer than min(K, V) probabilities are positive, a second pass (rare: only then) lists the
 lowest ids with probability 0. Nothing of vocabulary size is written.
 
-A tiny second kernel picks each node's commit position (argmax of confidence over masked valid positions, ties
+Each tile is loaded one iteration ahead (a register double buffer: twice the bytes in flight). A tiny second
+kernel picks each node's commit position (argmax of confidence over masked valid positions, ties
 lowest position).
 
 Falls back to the reference (same results, PyTorch speed): float64 logits (the exactness dtype, computed in
@@ -50,7 +53,7 @@ def _block_v() -> int:
 @triton.jit(do_not_specialize=["seed_key", "temperature"])
 def _score_rows_kernel(
     logits_ptr, row_stride, V, B,
-    rows_ptr, bstart_ptr, steps_ptr, seed_key, temperature,
+    rows_ptr, bstart_ptr, steps_ptr, seed_key, temperature, gbound_ptr,
     tokens_ptr, conf_ptr, probs_ptr, ids_ptr, valid_ptr, K,
     HAS_T: tl.constexpr, CONF: tl.constexpr, KP: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
@@ -74,10 +77,12 @@ def _score_rows_kernel(
     top = tl.full([KP], MIN_KEY, tl.int64)  # top-KP keys, sorted ascending
     floor = tl.full([], NEG_INF, tl.float32)  # value of the worst kept key (-inf while slots are free)
 
+    ahead = tl.load(base + lane, mask=lane < V, other=NEG_INF)  # tiles are loaded one iteration ahead
     for start in range(0, V, BLOCK_V):
         offs = start + lane
         inb = offs < V
-        raw = tl.load(base + offs, mask=inb, other=NEG_INF).to(tl.float32)
+        raw = ahead.to(tl.float32)
+        ahead = tl.load(base + (offs + BLOCK_V), mask=offs + BLOCK_V < V, other=NEG_INF)
         if HAS_T:
             x = tl.div_rn(raw, temperature)
         else:
@@ -106,11 +111,18 @@ def _score_rows_kernel(
         # coupled Gumbel-max token (T = 0: argmax of x), ties lowest id
         if HAS_T:
             if tmax + GUMBEL_BOUND > best:
-                g = x + gumbel_from_words(mix32(key ^ offs.to(tl.uint32)))
-                gmax, garg = tl.max(g, axis=0, return_indices=True, return_indices_tie_break_left=True)
-                if gmax > best:
-                    best = gmax
-                    best_id = start + garg
+                word = mix32(key ^ offs.to(tl.uint32))
+                # Upper bound of each entry's Gumbel value from a small table (see _gumbel_bounds): the two logs
+                # are computed only for tiles where some entry could beat the best so far.
+                t = 8388607 - (word >> 9).to(tl.int32)  # 2^23 - 1 - m: small when u is close to 1
+                bucket = tl.where(t == 0, 0, (t.to(tl.float32).to(tl.int32, bitcast=True) >> 17) - 8127)
+                bound = tl.load(gbound_ptr + bucket)
+                if tl.max(x + bound, axis=0) > best:
+                    g = x + gumbel_from_words(word)
+                    gmax, garg = tl.max(g, axis=0, return_indices=True, return_indices_tie_break_left=True)
+                    if gmax > best:
+                        best = gmax
+                        best_id = start + garg
         else:
             if tmax > best:
                 best = tmax
@@ -210,6 +222,31 @@ def _commit_kernel(conf_ptr, masked_ptr, valid_ptr, out_ptr, B, BLOCK_B: tl.cons
     tl.store(out_ptr + n, pos.to(tl.int64))
 
 
+_BOUNDS: dict = {}
+_BUCKETS = 1473  # bucket 0: t = 0; then (float32 exponent, top 6 mantissa bits) of t in [1, 2^23)
+
+
+def _gumbel_bounds(device: torch.device) -> torch.Tensor:
+    """float32 [_BUCKETS]: for each bucket of t = 2^23 - 1 - (word >> 9) (bucketed by t's float32 exponent and top
+    6 mantissa bits, so the buckets are narrow where the Gumbel value -log(-log(u)) changes fast), an upper bound of
+    the Gumbel values of the bucket: their maximum (at the bucket's smallest t) plus 1e-3, a margin far above any
+    difference between log implementations. Within 0.025 of the values it bounds wherever g > 0 (looser for the
+    smallest values, u near 0, which never decide a token). Built once per device with the same float32 formula
+    as the reference (docs/noise.md)."""
+    key = (device.type, device.index)
+    table = _BOUNDS.get(key)
+    if table is None:
+        t = torch.arange(1 << 23, dtype=torch.int32, device=device)
+        bits = t.to(torch.float32).view(torch.int32)
+        bucket = torch.where(t == 0, 0, (bits >> 17) - 8127).long()
+        u = ((8388607 - t).to(torch.float32) + 0.5) * 2.0**-23
+        g = -torch.log(-torch.log(u))
+        table = torch.full((_BUCKETS,), float("-inf"), dtype=torch.float32, device=device)
+        table = table.scatter_reduce(0, bucket, g, reduce="amax") + 1e-3
+        _BOUNDS[key] = table
+    return table
+
+
 def _num_warps(block: int) -> int:
     return 8 if block >= 2048 else 4 if block >= 256 else 1
 
@@ -246,7 +283,7 @@ def score(logits, masked, seed, rows, block_start, steps, temperature, confidenc
         _score_rows_kernel[(n_rows,)](
             flat, flat.stride(0), vocab, block,
             rows.reshape(-1).contiguous(), block_start.reshape(-1).contiguous(), steps.reshape(-1).contiguous(),
-            seed_key(seed), float(temperature) if temperature > 0 else 1.0,
+            seed_key(seed), float(temperature) if temperature > 0 else 1.0, _gumbel_bounds(device),
             tokens, conf, probs, ids, valid, top_k,
             HAS_T=temperature > 0, CONF=_CONF[confidence], KP=kp, BLOCK_V=block_v,
             num_warps=_score_warps(block_v),
