@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .bench import format_report, random_prompts, run_bench, write_json
+from .bench import format_report, random_prompts, run_bench, warm_up, write_json
 from .decode import CONFIDENCE_KINDS, METHODS, generate
 from .loading import DTYPES, load_target
 
@@ -85,6 +85,7 @@ def cmd_generate(a) -> int:
     drafter = _drafter(methods)
     if tok is not None:
         print(f"--- prompt ---\n{tok.decode(prompts[0])}")
+    warm_up(target, prompts[0])
     rows = []
     for i, method in enumerate(methods):
         out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, **_settings(a))
