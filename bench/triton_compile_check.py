@@ -64,7 +64,8 @@ def kernels():
     """(name, fn, signature without constexprs, constexprs, num_warps, integer arguments divisible by 16)"""
     score_sig = {"logits_ptr": "*bf16", "row_stride": "i64", **_i("V", "B"), "rows_ptr": "*i64",
                  "bstart_ptr": "*i64", "steps_ptr": "*i64", "seed_key": "i64", "temperature": "fp32",
-                 "gbound_ptr": "*fp32", "tokens_ptr": "*i64", "conf_ptr": "*fp32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
+                 "gbound_ptr": "*fp32", "tokens_ptr": "*i64", "conf_ptr": "*fp32", "probs_ptr": "*fp32",
+                 "ids_ptr": "*i64",
                  "valid_ptr": "*i8", "K": "i32"}
     for has_t in (False, True):
         for conf in (0, 1, 2, 3):
