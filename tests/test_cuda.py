@@ -487,9 +487,9 @@ def test_verify_tree_chain_fully_accepted(target):
         assert torch.equal(a, b)
 
 
-TREE_CASES = [(torch.tensor([0, 2, 5]), 5, 2, 3, 4), (torch.tensor([0]), 0, 0, 2, 3), (torch.tensor([1, 0]), 7, 7, 0, 1),
-              (torch.tensor([3, 0, 11, 2]), 11, 3, 5, 7), (torch.zeros(0, dtype=I64), 4, 1, 2, 2),
-              (torch.tensor([0, 100]), 300, 16, 9, 32)]
+TREE_CASES = [(torch.tensor([0, 2, 5]), 5, 2, 3, 4), (torch.tensor([0]), 0, 0, 2, 3),
+              (torch.tensor([1, 0]), 7, 7, 0, 1), (torch.tensor([3, 0, 11, 2]), 11, 3, 5, 7),
+              (torch.zeros(0, dtype=I64), 4, 1, 2, 2), (torch.tensor([0, 100]), 300, 16, 9, 32)]
 
 
 @pytest.mark.parametrize("case", range(len(TREE_CASES)))

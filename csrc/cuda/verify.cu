@@ -16,13 +16,15 @@ namespace {
 constexpr int kBytesPerNode = 26;
 constexpr int64_t kSharedLimit = 46 * 1024;
 
-__global__ void verify_tree_kernel(const int64_t* __restrict__ parents, const int64_t* __restrict__ draft_pos,
-                                   const int64_t* __restrict__ draft_tokens, const int64_t* __restrict__ target_pos,
-                                   const int64_t* __restrict__ target_tokens, const int64_t* __restrict__ block_in,
-                                   int64_t n, int64_t width, int rounds, char* __restrict__ global_ws,
-                                   int64_t* __restrict__ accepted_pos, int64_t* __restrict__ accepted_tokens,
-                                   int64_t* __restrict__ num_accepted, int64_t* __restrict__ new_block,
-                                   int64_t* __restrict__ last_node) {
+constexpr int kMaxThreads = 1024;
+
+__global__ void __launch_bounds__(kMaxThreads)
+    verify_tree_kernel(const int64_t* __restrict__ parents, const int64_t* __restrict__ draft_pos,
+                       const int64_t* __restrict__ draft_tokens, const int64_t* __restrict__ target_pos,
+                       const int64_t* __restrict__ target_tokens, const int64_t* __restrict__ block_in, int64_t n,
+                       int64_t width, int rounds, char* __restrict__ global_ws, int64_t* __restrict__ accepted_pos,
+                       int64_t* __restrict__ accepted_tokens, int64_t* __restrict__ num_accepted,
+                       int64_t* __restrict__ new_block, int64_t* __restrict__ last_node) {
   SPOT_EXTERN_SHARED(char, shared_ws);
   const int64_t b = blockIdx.x;
   char* ws = global_ws != nullptr ? global_ws + b * n * kBytesPerNode : shared_ws;
@@ -175,14 +177,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> verify_tr
   } else {
     global_ws = at::empty({b * ws_bytes}, opts.dtype(at::kByte));
   }
-  const int threads = static_cast<int>(std::min<int64_t>(1024, std::max<int64_t>(32, ceil_div(n, 32) * 32)));
+  const int threads =
+      static_cast<int>(std::min<int64_t>(kMaxThreads, std::max<int64_t>(32, ceil_div(n, 32) * 32)));
   const auto stream = c10::cuda::getCurrentCUDAStream(parents_in.device().index());
   auto kernel = verify_tree_kernel;
-  SPOT_LAUNCH(kernel, static_cast<unsigned>(b), threads, shared_bytes, stream, parents.data_ptr<int64_t>(), draft_pos.data_ptr<int64_t>(), draft_tokens.data_ptr<int64_t>(),
-      target_pos.data_ptr<int64_t>(), target_tokens.data_ptr<int64_t>(), block.data_ptr<int64_t>(), n, width, rounds,
-      global_ws.defined() ? static_cast<char*>(global_ws.data_ptr()) : nullptr, accepted_pos.data_ptr<int64_t>(),
-      accepted_tokens.data_ptr<int64_t>(), num_accepted.data_ptr<int64_t>(), new_block.data_ptr<int64_t>(),
-      last_node.data_ptr<int64_t>());
+  SPOT_LAUNCH(kernel, static_cast<unsigned>(b), threads, shared_bytes, stream, parents.data_ptr<int64_t>(),
+              draft_pos.data_ptr<int64_t>(), draft_tokens.data_ptr<int64_t>(), target_pos.data_ptr<int64_t>(),
+              target_tokens.data_ptr<int64_t>(), block.data_ptr<int64_t>(), n, width, rounds,
+              global_ws.defined() ? static_cast<char*>(global_ws.data_ptr()) : nullptr,
+              accepted_pos.data_ptr<int64_t>(), accepted_tokens.data_ptr<int64_t>(), num_accepted.data_ptr<int64_t>(),
+              new_block.data_ptr<int64_t>(), last_node.data_ptr<int64_t>());
   SPOT_LAUNCH_CHECK();
   return {accepted_pos, accepted_tokens, num_accepted, new_block, last_node};
 }
