@@ -206,8 +206,9 @@ def test_cuda_kernel_rejects_cpu_tensors(op):
 # ================================================================================================= parity
 # Each parity test runs on two targets: "gpu" (the compiled kernels on CUDA tensors; skipped without a GPU) and
 # "emulation" (the same kernel sources compiled with g++ under -DSPOT_EMULATE, csrc/cuda/emulate.h, run by a CPU
-# SIMT emulation on CPU tensors; set SPOT_TEST_CUDA_EMULATION=0 to skip it). Both compare with the reference on the
-# same device. The emulation checks the kernels' logic (indexing, reductions, merges, launch sequences), not speed.
+# SIMT emulation on CPU tensors; by default only where no GPU is present, SPOT_TEST_CUDA_EMULATION=1 forces it and
+# =0 skips it). Both compare with the reference on the same device. The emulation checks the kernels' logic
+# (indexing, reductions, merges, launch sequences), not speed, registers or the GPU memory model.
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("prob", "raw_prob", "margin", "neg_entropy")
@@ -215,8 +216,11 @@ KINDS = ("prob", "raw_prob", "margin", "neg_entropy")
 
 @pytest.fixture(scope="session")
 def emulation():
-    if os.environ.get("SPOT_TEST_CUDA_EMULATION", "1") == "0":
+    mode = os.environ.get("SPOT_TEST_CUDA_EMULATION", "")
+    if mode == "0":
         pytest.skip("SPOT_TEST_CUDA_EMULATION=0")
+    if ON_GPU and mode != "1":
+        pytest.skip("the real kernels run on this GPU (SPOT_TEST_CUDA_EMULATION=1 runs the emulation too)")
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("no C++ compiler for the emulation build")
     from torch.utils import cpp_extension
