@@ -64,7 +64,8 @@ def kernels():
     """(name, fn, signature without constexprs, constexprs, num_warps, integer arguments divisible by 16)"""
     score_sig = {"logits_ptr": "*bf16", "row_stride": "i64", **_i("V", "B"), "rows_ptr": "*i64",
                  "bstart_ptr": "*i64", "steps_ptr": "*i64", "seed_key": "i64", "temperature": "fp32",
-                 "gbound_ptr": "*fp32", "tokens_ptr": "*i64", "conf_ptr": "*fp32", "probs_ptr": "*fp32", "ids_ptr": "*i64",
+                 "gbound_ptr": "*fp32", "tokens_ptr": "*i64", "conf_ptr": "*fp32", "probs_ptr": "*fp32",
+                 "ids_ptr": "*i64",
                  "valid_ptr": "*i8", "K": "i32"}
     for has_t in (False, True):
         for conf in (0, 1, 2, 3):
@@ -106,11 +107,11 @@ def kernels():
                       "svp_k", "svp_d", "skn_b", "skn_h", "skn_n", "skn_i", "skn_d", "svn_b", "svn_h", "svn_n",
                       "svn_i", "svn_d")
     unit = {name: 1 for name in attn_strides if name.endswith("_d")}
-    for dtype, ieee, bm in (("bf16", False, 128), ("fp16", False, 64), ("fp32", True, 64)):
-        yield (f"tree_attention {dtype} BLOCK_M={bm}", tree_attention._tree_attention_kernel,
+    for dtype, fp32, bm, bn in (("bf16", False, 128, 64), ("fp16", False, 64, 64), ("fp32", True, 128, 32)):
+        yield (f"tree_attention {dtype} BLOCK_M={bm} N={bn}", tree_attention._tree_attention_kernel,
                {**{p: f"*{dtype}" for p in ("q_ptr", "kp_ptr", "vp_ptr", "kn_ptr", "vn_ptr")}, "ks_ptr": "*i64",
                 "o_ptr": f"*{dtype}", "qk_scale": "fp32", **_i("HKV", "G", "N", "B", "P", "D"), **attn_strides},
-               dict(IEEE=ieee, BLOCK_M=bm, BLOCK_N=64, BLOCK_D=128, **unit), 8 if bm >= 128 else 4,
+               dict(FP32=fp32, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=128, **unit), 8 if bm >= 128 else 4,
                ["N", "B", "P", "D", *attn_strides])
 
 

@@ -18,8 +18,8 @@ import triton
 import triton.language as tl
 
 from .. import backends
-from ._common import NEG_INF, POS_INF, mix32, next_pow2, on_device, precise_log, row_key, seed_key, \
-    uniform_from_words
+from ._common import (NEG_INF, POS_INF, mix32, next_pow2, on_device, precise_log, row_key, seed_key,
+                      uniform_from_words)
 
 
 @triton.jit(do_not_specialize=["seed_key", "temperature"])

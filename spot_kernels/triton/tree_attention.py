@@ -9,9 +9,11 @@ tree_attention: flash-attention over the queries of all N nodes of a block. A pr
 and a tile of BLOCK_M query rows, ordered (node position nb = n * B + i, head-in-group g), so one tile spans
 several grouped heads and, when BLOCK_M > G * B, several nodes. It streams the shared prefix keys/values tile by
 tile (from the first tile holding a valid key: ragged key_start), each tile loaded once and used by every query row
-of the program, then the node-local keys of the nodes its rows belong to (a block-diagonal mask keeps a node from
-seeing another). One running (max, sum, accumulator) carries across both loops: the log-sum-exp merge of the
-prefix and node-local parts. Scores and the softmax are float32; float64 inputs fall back to the reference.
+of the program (BLOCK_M rows: with 32/8 heads and B = 32, one node's 4 heads x 32 positions); the programs of one
+kv head read the same prefix, so it comes from HBM about once and from L2 after. Then the node-local keys of the
+nodes its rows belong to (a block-diagonal mask keeps a node from seeing another). One running (max, sum, accumulator) carries across both loops: the log-sum-exp merge of the
+prefix and node-local parts. Scores and the softmax are float32 (float32 inputs multiply in "tf32x3": about
+float32 accuracy on the tensor cores); float64 inputs fall back to the reference.
 Tile sizes: SPOT_TRITON_ATTN_BLOCK_M / _BLOCK_N / _WARPS / _STAGES override the defaults (for tuning on a GPU).
 """
 
@@ -144,11 +146,11 @@ def tree_position_ids(key_start, prefix_len, num_new, num_nodes, block_size):
 # ------------------------------------------------------------------------------------------- tree attention
 
 @triton.jit
-def _attend(q, kt_ptrs, v_ptrs, k_ok, d_ok, row_sel, m_i, l_i, acc, qk_scale, IEEE: tl.constexpr):
+def _attend(q, kt_ptrs, v_ptrs, k_ok, d_ok, row_sel, m_i, l_i, acc, qk_scale, FP32: tl.constexpr):
     """One online-softmax step over a key tile: kt [D, N] (transposed keys), v [N, D]; row_sel [M, N] masks."""
     kt = tl.load(kt_ptrs, mask=d_ok[:, None] & k_ok[None, :], other=0.0)
-    if IEEE:
-        s = tl.dot(q, kt, input_precision="ieee")
+    if FP32:  # three TF32 products on the tensor cores: about float32 accuracy without an FMA-sized tile
+        s = tl.dot(q, kt, input_precision="tf32x3")
     else:
         s = tl.dot(q, kt)
     s = tl.where(row_sel, s * qk_scale, NEG_INF)
@@ -158,8 +160,8 @@ def _attend(q, kt_ptrs, v_ptrs, k_ok, d_ok, row_sel, m_i, l_i, acc, qk_scale, IE
     p = tl.exp2(s - shift[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     v = tl.load(v_ptrs, mask=k_ok[:, None] & d_ok[None, :], other=0.0)
-    if IEEE:
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    if FP32:
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="tf32x3")
     else:
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
     return m_new, l_i, acc
@@ -174,7 +176,7 @@ def _tree_attention_kernel(
     svp_b, svp_h, svp_k, svp_d,
     skn_b, skn_h, skn_n, skn_i, skn_d,
     svn_b, svn_h, svn_n, svn_i, svn_d,
-    IEEE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    FP32: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -206,7 +208,7 @@ def _tree_attention_kernel(
         k_ok = (kk >= ks) & (kk < P)
         kt_ptrs = kp_base + kk[None, :] * skp_k + d[:, None] * skp_d
         v_ptrs = vp_base + kk[:, None] * svp_k + d[None, :] * svp_d
-        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, k_ok, d_ok, k_ok[None, :], m_i, l_i, acc, qk_scale, IEEE)
+        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, k_ok, d_ok, k_ok[None, :], m_i, l_i, acc, qk_scale, FP32)
 
     # node-local keys of the nodes this tile's rows belong to, block-diagonal
     last_row = tl.minimum(pid_m * BLOCK_M + BLOCK_M, num_rows) - 1
@@ -222,7 +224,7 @@ def _tree_attention_kernel(
         kt_ptrs = kn_base + kn_node[None, :].to(tl.int64) * skn_n + ki[None, :] * skn_i + d[:, None] * skn_d
         v_ptrs = vn_base + kn_node[:, None].to(tl.int64) * svn_n + ki[:, None] * svn_i + d[None, :] * svn_d
         same = k_ok[None, :] & (kn_node[None, :] == n[:, None])
-        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, k_ok, d_ok, same, m_i, l_i, acc, qk_scale, IEEE)
+        m_i, l_i, acc = _attend(q, kt_ptrs, v_ptrs, k_ok, d_ok, same, m_i, l_i, acc, qk_scale, FP32)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_off = (((row * (HKV * G) + h) * N + n) * B + i) * D
@@ -247,7 +249,7 @@ def tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale):
         scale = 1.0 / math.sqrt(dim)
     block_d = max(16, next_pow2(dim))
     block_m = _env_int("SPOT_TRITON_ATTN_BLOCK_M", 128 if q.is_cuda and block_d <= 128 else 64)
-    block_n = _env_int("SPOT_TRITON_ATTN_BLOCK_N", 64)
+    block_n = _env_int("SPOT_TRITON_ATTN_BLOCK_N", 32 if q.dtype == torch.float32 else 64)  # fp32: registers
     if not q.is_cuda:  # the interpreter: small tiles keep the tests fast
         block_m, block_n = 16, 16
     grid = (triton.cdiv(rows, block_m), b * hkv)
@@ -256,7 +258,7 @@ def tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale):
             q, k_prefix, v_prefix, k_nodes, v_nodes, key_start.contiguous(), out, scale * _LOG2E,
             hkv, hq // hkv, n, block, prefix, dim,
             *q.stride(), *k_prefix.stride(), *v_prefix.stride(), *k_nodes.stride(), *v_nodes.stride(),
-            IEEE=q.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            FP32=q.dtype == torch.float32, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
             num_warps=_env_int("SPOT_TRITON_ATTN_WARPS", 8 if block_m >= 128 else 4),
             num_stages=_env_int("SPOT_TRITON_ATTN_STAGES", 2),
         )
