@@ -4,20 +4,28 @@ Read from `generate` down: decode.py (the loop) -> tree.py (draft trees) -> draf
 -> target.py (the target contract) -> model.py (the embedded transformer) -> spot_kernels (the ops).
 """
 
+from pathlib import Path
+
 from .decode import METHODS, DecodeStats, GenerateOutput, generate
 from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures
 from .loading import load_model, load_target, save_model
 from .model import BlockDiffusionLM, ModelConfig
+from .order_model import WEIGHTS_DIR as ORDER_WEIGHTS
+from .order_model import LearnedDrafter, OrderModel, OrderModelConfig, load_order_model
 from .target import ModelTarget, Session, Target
 
 
-def load_drafter(name: str = "default"):
-    """The embedded learned order drafter for the embedded target (built by `spot train-drafter`)."""
-    raise FileNotFoundError("no embedded order drafter is shipped yet; method='spot' needs a drafter object")
+def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter:
+    """The learned order drafter for method="spot": "default" is the one shipped for the embedded target (built by
+    `spot collect` + `spot train-drafter`); otherwise a directory holding drafter.safetensors + drafter.json."""
+    directory = ORDER_WEIGHTS if name == "default" else Path(name)
+    if not (directory / "drafter.safetensors").is_file():
+        raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot train-drafter`")
+    return LearnedDrafter(load_order_model(directory).to(device))
 
 
 __all__ = [
-    "METHODS", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput", "ModelConfig",
-    "ModelTarget", "OracleDrafter", "Session", "StaleFeatures", "Target", "generate", "load_drafter",
+    "METHODS", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput", "LearnedDrafter",
+    "ModelConfig", "ModelTarget", "OrderModel", "OrderModelConfig", "OracleDrafter", "Session", "StaleFeatures", "Target", "generate", "load_drafter",
     "load_model", "load_target", "save_model",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .bench import format_report, random_prompts, run_bench, warm_up, write_json
 from .decode import CONFIDENCE_KINDS, METHODS, generate
@@ -132,6 +133,50 @@ def cmd_train_target(a) -> int:
     return 0
 
 
+def cmd_collect(a) -> int:
+    from .collect import collect
+    from .prompts import build_prompts
+
+    target = load_target(a.target, dtype=a.dtype, device=a.device)
+    if target.tokenizer is None:
+        raise SystemExit("collect needs a target with the shipped tokenizer (prompts come from the corpus)")
+    texts = [p["text"] for p in build_prompts(a.corpus, a.num_prompts, split="train")]
+    prompts = [target.tokenizer.encode(t) for t in texts]
+    print(f"collect: {len(prompts)} training prompts -> {a.out}")
+    paths = collect(target, prompts, a.out, block_sizes=_ints(a.block_sizes), temperatures=_floats(a.temperatures),
+                    max_new_tokens=a.max_new_tokens, batch_size=a.batch_size, seed=a.seed, progress=not a.quiet)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def cmd_train_drafter(a) -> int:
+    import glob
+
+    from .order_model import WEIGHTS_DIR
+    from .train_drafter import DrafterTrainConfig, Trajectories, train_drafter
+
+    paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
+    if a.block_sizes:
+        paths = [p for p in paths if any(f"-B{b}-" in p for b in _ints(a.block_sizes))]
+    if not paths:
+        raise SystemExit(f"no trajectories in {a.data}: run `spot collect` first")
+    shards = [Trajectories.load(p, a.heldout_every) for p in paths]
+    cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
+                             heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed)
+    out = a.out or WEIGHTS_DIR
+    result = train_drafter(shards, cfg, out, progress=not a.quiet)
+    print(f"trained {cfg.steps} steps, {result['parameters']} parameters; wrote {out}")
+    return 0
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spot", description="Lossless speculative decoding for diffusion LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -150,6 +195,33 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", help="write the report here")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=cmd_bench)
+    c = sub.add_parser("collect", help="record standard-decoding trajectories for training the order drafter")
+    c.add_argument("--target", default="default")
+    c.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    c.add_argument("--device", default="cpu")
+    c.add_argument("--corpus", default=".cache/corpus", help="built by `python -m spot.corpus --out DIR`")
+    c.add_argument("--out", default=".cache/trajectories")
+    c.add_argument("--num-prompts", type=int, default=256, help="training-split prompts to decode")
+    c.add_argument("--block-sizes", default="16,32")
+    c.add_argument("--temperatures", default="0,1")
+    c.add_argument("--max-new-tokens", type=int, default=256)
+    c.add_argument("--batch-size", type=int, default=16)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--quiet", action="store_true")
+    c.set_defaults(func=cmd_collect)
+    d = sub.add_parser("train-drafter", help="train the order drafter on collected trajectories")
+    d.add_argument("--data", default=".cache/traj", help="the --out of `spot collect`")
+    d.add_argument("--out", help="where the weights go (default: the package's weights/)")
+    d.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
+    d.add_argument("--steps", type=int, default=3000)
+    d.add_argument("--batch-size", type=int, default=256)
+    d.add_argument("--lr", type=float, default=2e-3)
+    d.add_argument("--max-depth", type=int, default=7)
+    d.add_argument("--heldout-every", type=int, default=8)
+    d.add_argument("--eval-every", type=int, default=500)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--quiet", action="store_true")
+    d.set_defaults(func=cmd_train_drafter)
     t = sub.add_parser("train-target", help="train the embedded target on the offline corpus (resumable)")
     t.add_argument("--corpus", default=".cache/corpus", help="built by `python -m spot.corpus --out DIR`")
     t.add_argument("--out", default=".cache/train-target", help="checkpoint directory (resumes from it)")

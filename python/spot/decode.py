@@ -53,7 +53,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              block_size: int = 32, temperature: float = 0.0, seed: int = 0, budget: int = 16,
              width: int = 4, branch: int = 4, drafter: Drafter | None = None, eos_id: int | None = -1,
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
-             backend: str = "auto", orders: torch.Tensor | None = None) -> GenerateOutput:
+             backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
@@ -62,6 +62,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     progress: an optional callable(done_blocks, total_blocks).
     orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
     uncounted, to find them).
+    on_pass: an optional callable(block_index, step, stale) called after every pass with the commit step of
+    each row before the pass and the StaleFeatures it produced (`spot collect` records trajectories with it).
     """
     prompts = _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget,
                           width, branch, drafter, confidence, top_k)
@@ -123,6 +125,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                 confidence=conf.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
                 masked=masked.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
                 block_start=block_start, block_index=blk, confidence_kind=confidence)
+            if on_pass is not None:
+                on_pass(blk, step - n_acc, stale)
         session.append(block)
         out = torch.cat((out, block), 1)
         if eos_id is not None:

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import spot_kernels
 
 
 @dataclass
@@ -72,6 +75,14 @@ def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tens
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
+class TreeLayout(NamedTuple):
+    """How the node tokens of a verification pass are laid out (see `BlockDiffusionLM.forward`)."""
+
+    key_start: torch.Tensor  # [b] int64: first valid (non-padding) key of each row
+    num_nodes: int
+    block_size: int
+
+
 class KVCache:
     """Preallocated per-layer keys/values [b, kv_heads, capacity, head_dim]; `length` keys are valid."""
 
@@ -95,7 +106,7 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.norm_eps)
         self.k_norm = RMSNorm(hd, cfg.norm_eps)
 
-    def forward(self, x, positions, mask, cache: KVCache | None, layer: int, num_new: int):
+    def forward(self, x, positions, mask, cache: KVCache | None, layer: int, num_new: int, tree=None):
         cfg, (b, q, _) = self.cfg, x.shape
         hd = cfg.head_dim
         qh = self.q_norm(self.q_proj(x).view(b, q, cfg.n_heads, hd)).transpose(1, 2)
@@ -112,11 +123,34 @@ class Attention(nn.Module):
             cache.v[layer][:, :, start:start + num_new] = vh[:, :, :num_new]
         else:
             keys, values = kh, vh
-        groups = cfg.n_heads // cfg.n_kv_heads
-        keys = keys.repeat_interleave(groups, dim=1)
-        values = values.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(qh, keys, values, attn_mask=mask)
+        if tree is not None:
+            out = self._tree_attention(qh, keys, values, mask, tree, num_new)
+        else:
+            groups = cfg.n_heads // cfg.n_kv_heads
+            out = F.scaled_dot_product_attention(qh, keys.repeat_interleave(groups, dim=1),
+                                                 values.repeat_interleave(groups, dim=1), attn_mask=mask)
         return self.o_proj(out.transpose(1, 2).reshape(b, q, cfg.n_heads * hd))
+
+
+    def _tree_attention(self, qh, keys, values, mask, tree: "TreeLayout", num_new: int):
+        """Pending tokens attend causally to the prefix (dense mask); node tokens go through
+        `spot_kernels.tree_attention`: the shared prefix plus their own node only. Each node's row is computed
+        by the same reductions whatever the number of nodes, so a root scored beside 15 drafted nodes gets
+        bit-identical logits to a root scored alone, which keeps float32 decoding exact too."""
+        b, hq, q, hd = qh.shape
+        n, B = tree.num_nodes, tree.block_size
+        prefix = keys.shape[2] - n * B
+        parts = []
+        if num_new:
+            groups = hq // keys.shape[1]
+            parts.append(F.scaled_dot_product_attention(
+                qh[:, :, :num_new], keys[:, :, :prefix].repeat_interleave(groups, dim=1),
+                values[:, :, :prefix].repeat_interleave(groups, dim=1), attn_mask=mask[:, :, :num_new, :prefix]))
+        nodes = spot_kernels.tree_attention(
+            qh[:, :, num_new:].reshape(b, hq, n, B, hd), keys[:, :, :prefix], values[:, :, :prefix],
+            keys[:, :, prefix:].unflatten(2, (n, B)), values[:, :, prefix:].unflatten(2, (n, B)), tree.key_start)
+        parts.append(nodes.reshape(b, hq, n * B, hd))
+        return torch.cat(parts, dim=2)
 
 
 class MLP(nn.Module):
@@ -138,8 +172,8 @@ class Layer(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, mask, cache, layer, num_new):
-        x = x + self.attn(self.attn_norm(x), positions, mask, cache, layer, num_new)
+    def forward(self, x, positions, mask, cache, layer, num_new, tree=None):
+        x = x + self.attn(self.attn_norm(x), positions, mask, cache, layer, num_new, tree)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -161,15 +195,19 @@ class BlockDiffusionLM(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
 
     def forward(self, input_ids, positions, mask, cache: KVCache | None = None, num_new: int = 0,
-                logits_from: int = 0):
+                logits_from: int = 0, tree: TreeLayout | None = None):
         """input_ids, positions [b, q]; mask bool [b, 1, q, cache.length + q] (True = attend).
+
+        tree: when the last q - num_new tokens are `tree.num_nodes` copies of a block (a verification pass),
+        they attend through the shared-prefix tree attention instead of the dense mask (same result; only the
+        mask rows of the first `num_new` tokens are read).
 
         With a cache, the first `num_new` tokens are written to it after the pass. Returns logits
         [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens).
         """
         x = self.embed(input_ids)
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, mask, cache, i, num_new)
+            x = layer(x, positions, mask, cache, i, num_new, tree)
         if cache is not None:
             cache.length += num_new
         x = self.norm(x[:, logits_from:])

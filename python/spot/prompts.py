@@ -25,8 +25,9 @@ def prompt_of(doc: dict, lines: int = 4) -> str | None:
     return "\n".join(kept) + "\n" if len(kept) == lines else None
 
 
-def build_prompts(corpus_dir, count: int = 64) -> list[dict]:
-    docs = [json.loads(line) for line in open(Path(corpus_dir) / "heldout.jsonl")]
+def build_prompts(corpus_dir, count: int = 64, split: str = "heldout") -> list[dict]:
+    """`count` prompts from `split` ("heldout" or "train"), mixed by source as MIX says."""
+    docs = [json.loads(line) for line in open(Path(corpus_dir) / f"{split}.jsonl")]
     keyed = []
     for rank, (source, share) in enumerate(MIX):
         pool = sorted((d for d in docs if d["source"] == source), key=lambda d: d["id"])

@@ -14,7 +14,7 @@ import torch
 
 import spot_kernels
 
-from .model import BlockDiffusionLM, KVCache
+from .model import BlockDiffusionLM, KVCache, TreeLayout
 
 
 class Session(ABC):
@@ -103,7 +103,8 @@ class ModelSession(Session):
         mask = spot_kernels.tree_mask(self.key_start, **shape)
         positions = spot_kernels.tree_position_ids(self.key_start, **shape)
         ids = torch.cat((self.pending, nodes.reshape(b, n * B)), dim=1)
-        logits = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new)
+        logits = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
+                                   tree=TreeLayout(self.key_start, n, B))
         self.pending = self.pending[:, :0]
         self.passes += 1
         return logits.view(b, n, B, -1)

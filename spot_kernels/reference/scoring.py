@@ -80,9 +80,7 @@ def _score_rows(
     x = torch.where(valid[:, None], x, 0.0)  # invalid rows are overwritten below; zeros keep the math clean
 
     if temperature > 0:
-        v = torch.arange(vocab, dtype=torch.int64, device=x.device)
-        # torch.argmax documents that it returns the first maximal index: ties go to the lowest id.
-        tokens = torch.argmax(x + gumbel_from_words(words(keys[:, None], v), cdtype), dim=-1)
+        tokens = _gumbel_argmax(x, keys, cdtype)
     else:
         tokens = torch.argmax(x, dim=-1)
 
@@ -104,6 +102,29 @@ def _score_rows(
     probs = torch.where(valid[:, None], probs, 0.0)
     ids = torch.where(valid[:, None], ids, -1)
     return tokens, conf, probs, ids, valid
+
+
+def _gumbel_argmax(x: torch.Tensor, keys: torch.Tensor, cdtype: torch.dtype) -> torch.Tensor:
+    """argmax_v(x[r, v] + g(keys[r], v)), ties to the lowest id, computing g only where it can matter.
+
+    With L = x[best] + g[best] for the row's largest x, an entry whose x + G_MAX < L cannot win (G_MAX bounds
+    every g), so the noise is hashed only for the few entries near the top; the result equals the dense argmax.
+    """
+    rows, vocab = x.shape
+    best = torch.argmax(x, dim=-1)
+    r_all = torch.arange(rows, device=x.device)
+    lower = x[r_all, best] + gumbel_from_words(words(keys, best), cdtype)
+    r, v = torch.nonzero(x + _G_MAX.get(cdtype) >= lower[:, None], as_tuple=True)
+    val = x[r, v] + gumbel_from_words(words(keys[r], v), cdtype)
+    top = torch.full((rows,), -math.inf, dtype=cdtype, device=x.device).scatter_reduce(0, r, val, "amax")
+    hit = val == top[r]
+    first = torch.full((rows,), vocab, dtype=torch.int64, device=x.device)
+    return first.scatter_reduce(0, r[hit], v[hit], "amin")
+
+
+# Largest Gumbel value the hash can produce (u = 1 - 2^-24), plus slack for log implementations.
+_G_MAX = {dt: float(gumbel_from_words(torch.tensor([2**32 - 1], dtype=torch.int64), dt)[0]) + 1e-3
+          for dt in (torch.float32, torch.float64)}
 
 
 def score(

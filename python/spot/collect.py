@@ -1,0 +1,88 @@
+"""`spot collect`: trajectories of the target's standard decoding, the order drafter's training data (DESIGN §2.4).
+
+For every pass of a standard run (state s_k of a block, k commits made) we keep what the drafter will later see
+as stale features: per block position the top-K probabilities and ids, the sampled token, its confidence and the
+masked flag; and the order in which the target committed the block. Standard decoding visits exactly the states
+SPOT accepts, so (features of s_k, state s_{k+1+d}) -> position committed at s_{k+1+d} is the drafter's task at
+tree depth d, and these trajectories are its exact training distribution.
+
+One shard per (block size, temperature): safetensors with
+  topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K], tokens int16 [blocks, B, B],
+  confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int8 [blocks, B] (positions in commit
+  order), prompt int32 [blocks] (index of the prompt), block_index int32 [blocks].
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from .decode import generate
+
+
+class TrajectoryRecorder:
+    """An `on_pass` hook for `spot.generate(method="standard")` that stores every pass's stale features."""
+
+    def __init__(self, batch: int, block_size: int):
+        self.batch, self.B = batch, block_size
+        self.blocks: dict[int, list] = {}
+
+    def __call__(self, blk, step, stale):
+        if not bool((step == step[0]).all()):
+            raise RuntimeError("trajectories need lock-step standard decoding")
+        self.blocks.setdefault(blk, []).append(stale)
+
+    def tensors(self, orders: torch.Tensor, first_prompt: int) -> dict[str, torch.Tensor]:
+        """Stack complete blocks: [batch * blocks, B steps, B, ...]."""
+        done = [blk for blk, passes in sorted(self.blocks.items()) if len(passes) == self.B]
+
+        def stack(name, dtype):
+            per_block = [torch.stack([getattr(s, name) for s in self.blocks[blk]], 1) for blk in done]
+            return torch.stack(per_block, 1).flatten(0, 1).to(dtype).cpu()  # [batch * blocks, B, B, ...]
+
+        b = self.batch
+        return {
+            "topk_probs": stack("topk_probs", torch.float16),
+            "topk_ids": stack("topk_ids", torch.int16),
+            "tokens": stack("tokens", torch.int16),
+            "confidence": stack("confidence", torch.float32),
+            "masked": stack("masked", torch.bool),
+            "order": orders[:, done].flatten(0, 1).to(torch.int8).cpu(),
+            "prompt": (first_prompt + torch.arange(b, dtype=torch.int32)).repeat_interleave(len(done)),
+            "block_index": torch.tensor(done, dtype=torch.int32).repeat(b),
+        }
+
+
+def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),
+            max_new_tokens: int = 256, batch_size: int = 16, seed: int = 0, top_k: int = 32,
+            progress: bool = True) -> list[Path]:
+    """Run standard decoding for every (block size, temperature) and write one shard each. Deterministic."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if target.vocab_size > 2**15:
+        raise ValueError("collect stores token ids as int16: vocab_size must be at most 32768")
+    paths = []
+    for B in block_sizes:
+        for T in temperatures:
+            path = out_dir / f"traj-B{B}-T{T:g}.safetensors"
+            parts = []
+            bar = tqdm(total=len(prompts), desc=f"collect B={B} T={T:g}", disable=not progress, unit="prompt")
+            for start in range(0, len(prompts), batch_size):
+                batch = prompts[start:start + batch_size]
+                rec = TrajectoryRecorder(len(batch), B)
+                # rows = prompt index: the noise is that of the prompt wherever it is decoded
+                out = generate(target, batch, "standard", max_new_tokens=max_new_tokens, block_size=B,
+                               temperature=T, seed=seed, eos_id=None, top_k=top_k, on_pass=rec,
+                               rows=list(range(start, start + len(batch))))
+                parts.append(rec.tensors(out.orders, start))
+                bar.update(len(batch))
+            bar.close()
+            shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}
+            meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed),
+                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts))}
+            save_file(shard, str(path), metadata=meta)
+            paths.append(path)
+    return paths

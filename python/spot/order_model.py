@@ -1,0 +1,135 @@
+"""The learned order drafter (DESIGN §2.4): which masked position does the target commit next?
+
+A 3-layer, d_model 128, 8-head bidirectional transformer over the B positions of a block (B <= 64). Each position
+reads the target's stale outputs from its previous pass (the top-32 probabilities, the confidence of the sampled
+token, whether the position was masked then) and the draft node's state (masked now, committed along the draft
+path, where the leftmost masked position is, the tree depth). It returns one logit per position; only positions
+masked in the node are eligible (`spot_kernels.select_children` masks the others out).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .drafters import StaleFeatures
+
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+
+
+@dataclass
+class OrderModelConfig:
+    d_model: int = 128
+    n_layers: int = 3
+    n_heads: int = 8
+    d_ff: int = 512
+    top_k: int = 32  # stale top-K probabilities read per position
+    max_block: int = 64
+    max_depth: int = 16  # deeper nodes share the last depth embedding
+
+    @property
+    def n_features(self) -> int:
+        return 2 * self.top_k + 6
+
+
+def order_features(topk_probs, confidence, stale_masked, node_masked, k: int) -> torch.Tensor:
+    """Per-position input features [N, B, 2k + 6] (float32). All inputs [N, B, ...]."""
+    p = topk_probs[..., :k].float().nan_to_num(0.0).clamp(0, 1)
+    if p.shape[-1] < k:  # a vocabulary smaller than k
+        p = F.pad(p, (0, k - p.shape[-1]))
+    conf = confidence.float().nan_to_num(0.0, 0.0, 0.0)
+    just_committed = stale_masked & ~node_masked  # committed along the draft path, after the stale pass
+    frac_masked = node_masked.float().mean(-1, keepdim=True).expand_as(conf)
+    cols = [p, p.clamp_min(1e-6).log() / 14.0, conf[..., None], conf.clamp_min(1e-6).log()[..., None] / 14.0,
+            stale_masked.float()[..., None], node_masked.float()[..., None], just_committed.float()[..., None],
+            frac_masked[..., None]]
+    return torch.cat(cols, -1)
+
+
+class _Layer(nn.Module):
+    def __init__(self, cfg: OrderModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.d_model)
+        self.ff = nn.Sequential(nn.Linear(cfg.d_model, cfg.d_ff), nn.GELU(), nn.Linear(cfg.d_ff, cfg.d_model))
+
+    def forward(self, x):
+        n, B, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(n, B, 3, self.n_heads, d // self.n_heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v)  # bidirectional over the block
+        x = x + self.out(a.transpose(1, 2).reshape(n, B, d))
+        return x + self.ff(self.norm2(x))
+
+
+class OrderModel(nn.Module):
+    def __init__(self, cfg: OrderModelConfig | None = None):
+        super().__init__()
+        self.cfg = cfg = cfg or OrderModelConfig()
+        self.inp = nn.Linear(cfg.n_features, cfg.d_model)
+        self.pos = nn.Embedding(cfg.max_block, cfg.d_model)
+        # position relative to the node's leftmost masked position, in [-max_block, max_block)
+        self.rel = nn.Embedding(2 * cfg.max_block, cfg.d_model)
+        self.depth = nn.Embedding(cfg.max_depth, cfg.d_model)
+        self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, 1)
+
+    def forward(self, topk_probs, confidence, stale_masked, node_masked, depth) -> torch.Tensor:
+        """topk_probs [N, B, >=K]; confidence [N, B]; stale_masked, node_masked bool [N, B]; depth int64 [N]
+        -> logits [N, B] (float32; -inf where the node is not masked)."""
+        n, B = node_masked.shape
+        if B > self.cfg.max_block:
+            raise ValueError(f"block size {B} exceeds the drafter's max_block {self.cfg.max_block}")
+        x = self.inp(order_features(topk_probs, confidence, stale_masked, node_masked, self.cfg.top_k))
+        j = torch.arange(B, device=x.device)
+        first = torch.where(node_masked.any(1), node_masked.to(torch.int8).argmax(1), B)
+        rel = (j[None] - first[:, None]).clamp(-self.cfg.max_block, self.cfg.max_block - 1) + self.cfg.max_block
+        x = x + self.pos(j)[None] + self.rel(rel) + self.depth(depth.clamp(0, self.cfg.max_depth - 1))[:, None]
+        for layer in self.layers:
+            x = layer(x)
+        logits = self.head(self.norm(x)).squeeze(-1)
+        return logits.masked_fill(~node_masked, float("-inf"))
+
+
+class LearnedDrafter:
+    """The `Drafter` backed by an `OrderModel` (method="spot")."""
+
+    def __init__(self, model: OrderModel):
+        self.model = model.eval()
+
+    @property
+    def device(self):
+        return self.model.head.weight.device
+
+    @torch.no_grad()
+    def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
+        dev = self.device
+        logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
+                            stale.masked[node_row].to(dev), node_masked.to(dev), depth.to(dev))
+        return logits.to(node_masked.device)
+
+
+def save_order_model(model: OrderModel, directory, name: str = "drafter", extra: dict | None = None) -> None:
+    from safetensors.torch import save_file
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(directory / f"{name}.safetensors"))
+    meta = {"config": asdict(model.cfg), **(extra or {})}
+    (directory / f"{name}.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def load_order_model(directory=WEIGHTS_DIR, name: str = "drafter") -> OrderModel:
+    from safetensors.torch import load_file
+    directory = Path(directory)
+    meta = json.loads((directory / f"{name}.json").read_text())
+    model = OrderModel(OrderModelConfig(**meta["config"]))
+    model.load_state_dict(load_file(str(directory / f"{name}.safetensors")))
+    return model.eval()

@@ -1,0 +1,156 @@
+"""`spot train-drafter`: fit the order model to the target's recorded trajectories (see collect.py).
+
+An example is (a block's trajectory, stale step k, depth d): the drafter sees the stale features of the pass on
+state s_k and the node state s_{k+1+d}, and must name the position the target commits at s_{k+1+d}. Prompts are
+split for held-out evaluation (every `heldout_every`-th prompt), so held-out accuracy measures generalisation
+to new text, not to new steps of seen text.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from tqdm import tqdm
+
+from .order_model import OrderModel, OrderModelConfig, save_order_model
+
+
+@dataclass
+class DrafterTrainConfig:
+    steps: int = 3000
+    batch_size: int = 256
+    lr: float = 2e-3
+    weight_decay: float = 0.01
+    max_depth: int = 7  # training depths 0..max_depth (trees rarely accept deeper chains)
+    heldout_every: int = 8  # prompt % heldout_every == 0 -> held out
+    eval_every: int = 500
+    seed: int = 0
+
+
+class Trajectories:
+    """The blocks of one shard (one block size), split by prompt into train and held-out."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], heldout_every: int, name: str = ""):
+        self.name = name
+        self.topk = tensors["topk_probs"]
+        self.conf = tensors["confidence"]
+        self.masked = tensors["masked"]
+        self.order = tensors["order"].long()
+        self.B = self.order.shape[1]
+        n = self.order.shape[0]
+        # rank[b, j] = the step at which position j is committed in block b
+        self.rank = torch.empty_like(self.order).scatter_(1, self.order, torch.arange(self.B).expand(n, -1))
+        held = tensors["prompt"].long() % heldout_every == 0
+        self.train_blocks = torch.nonzero(~held).squeeze(1)
+        self.heldout_blocks = torch.nonzero(held).squeeze(1)
+
+    @classmethod
+    def load(cls, path, heldout_every: int) -> "Trajectories":
+        with safe_open(str(path), "pt") as f:
+            tensors = {k: f.get_tensor(k) for k in ("topk_probs", "confidence", "masked", "order", "prompt")}
+        return cls(tensors, heldout_every, Path(path).stem)
+
+    def batch(self, blocks, k, d):
+        """Model inputs and labels for examples (block, stale step k, depth d); k + 1 + d < B."""
+        t = k + 1 + d
+        node_masked = self.rank[blocks] >= t[:, None]
+        inputs = (self.topk[blocks, k].float(), self.conf[blocks, k], self.masked[blocks, k], node_masked, d)
+        return inputs, self.order[blocks, t]
+
+    def sample(self, n: int, max_depth: int, gen: torch.Generator, heldout: bool = False):
+        pool = self.heldout_blocks if heldout else self.train_blocks
+        blocks = pool[torch.randint(len(pool), (n,), generator=gen)]
+        k = torch.randint(self.B - 1, (n,), generator=gen)  # stale step 0 .. B-2
+        room = (self.B - 2 - k).clamp(max=max_depth)
+        d = (torch.rand(n, generator=gen) * (room + 1)).long()
+        return self.batch(blocks, k, d)
+
+    def examples_at_depth(self, d: int, heldout: bool = True):
+        """Every (block, k) of the split at depth d."""
+        pool = self.heldout_blocks if heldout else self.train_blocks
+        k = torch.arange(max(self.B - 1 - d, 0))
+        blocks = pool.repeat_interleave(len(k))
+        return self.batch(blocks, k.repeat(len(pool)), torch.full((len(blocks),), d))
+
+
+def order_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, labels)
+
+
+@torch.no_grad()
+def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: int = 4096) -> dict:
+    """Held-out top-1/top-4 accuracy of the drafter and top-1/top-4 of the stale-confidence ordering, per depth."""
+    model.eval()
+    out = {}
+    for d in depths:
+        inputs, labels = data.examples_at_depth(d)
+        if len(labels) == 0:
+            continue
+        hits = torch.zeros(4)
+        for s in range(0, len(labels), chunk):
+            x = tuple(t[s:s + chunk] for t in inputs)
+            y = labels[s:s + chunk, None]
+            logits = model(*x)
+            conf = x[1].float().nan_to_num(0.0).masked_fill(~x[3], -1.0)
+            for i, scores in enumerate((logits, conf)):
+                top = _topk_lowest(scores, min(4, scores.shape[1]))
+                hits[2 * i] += (top[:, :1] == y).any(1).sum()
+                hits[2 * i + 1] += (top == y).any(1).sum()
+        n = len(labels)
+        out[d] = {"top1": hits[0].item() / n, "top4": hits[1].item() / n, "confidence_top1": hits[2].item() / n,
+                  "confidence_top4": hits[3].item() / n, "examples": n}
+    model.train()
+    return out
+
+
+def _topk_lowest(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k largest scores, ties to the lower position (as select_children breaks them)."""
+    B = scores.shape[1]
+    key = scores.double() - torch.arange(B, dtype=torch.float64) * 1e-12
+    return torch.topk(key, k, dim=1).indices
+
+
+def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, *, model_cfg=None,
+                  progress: bool = True, log=print) -> dict:
+    """Train one order model on every shard (batches alternate between shards). Returns the final evaluation."""
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model = OrderModel(model_cfg or OrderModelConfig())
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
+    params = sum(p.numel() for p in model.parameters())
+    log(f"order model: {params} parameters; shards: " + ", ".join(
+        f"{s.name} ({len(s.train_blocks)} train / {len(s.heldout_blocks)} held-out blocks)" for s in shards))
+    history, t0 = [], time.perf_counter()
+    bar = tqdm(range(cfg.steps), desc="train-drafter", disable=not progress)
+    for step in bar:
+        lr = cfg.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        data = shards[step % len(shards)]
+        inputs, labels = data.sample(cfg.batch_size, cfg.max_depth, gen)
+        loss = order_loss(model(*inputs), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            evals = {s.name: evaluate(model, s) for s in shards}
+            history.append({"step": step + 1, "loss": loss.item(), "minutes": (time.perf_counter() - t0) / 60,
+                            "heldout": evals})
+            for name, ev in evals.items():
+                log(f"step {step + 1} {name}: " + "  ".join(
+                    f"d{d} top1 {e['top1']:.3f} top4 {e['top4']:.3f} (conf {e['confidence_top1']:.3f}/"
+                    f"{e['confidence_top4']:.3f})" for d, e in ev.items()))
+    save_order_model(model.eval(), out_dir, extra={"train": asdict(cfg), "parameters": params,
+                                                   "history": history})
+    return {"parameters": params, "history": history}
