@@ -1,0 +1,439 @@
+"""The learned order drafter (DESIGN §2.4): the order model, its weights I/O, trajectory collection, training data,
+training, and exactness of method="spot" with a learned drafter (DESIGN §2.5, float64 on CPU)."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+import spot
+from spot.collect import collect
+from spot.model import ModelConfig
+from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
+                              save_order_model)
+from spot.train_drafter import DrafterTrainConfig, Trajectories, evaluate, train_drafter
+from test_decode import sharp_target
+
+SMALL = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)
+
+
+def small_model(seed=0, cfg=SMALL):
+    torch.manual_seed(seed)
+    return OrderModel(cfg).eval()
+
+
+def random_inputs(n, B, K=32, seed=0, dtype=torch.float32):
+    """Stale features as the decoder hands them over: sorted top-K probabilities, the node a descendant of the
+    stale state (its masked positions a subset of the stale ones), at least one masked position per node."""
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(torch.randn(n, B, K, generator=g, dtype=torch.float64) * 2, -1)
+    probs = probs.sort(-1, descending=True).values.to(dtype)
+    conf = probs[..., 0].float() * torch.rand(n, B, generator=g).add(0.5).clamp(max=1)
+    stale = torch.rand(n, B, generator=g) < 0.8
+    node = stale & (torch.rand(n, B, generator=g) < 0.7)
+    if n:
+        node[torch.arange(n), torch.randint(B, (n,), generator=g)] = True
+        stale |= node
+    depth = torch.randint(0, 20, (n,), generator=g)
+    return probs, conf, stale, node, depth
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 1-2. The order model
+
+
+def test_default_size_and_forward_shapes():
+    """The shipped architecture (3 layers, d_model 128, 8 heads) has 630913 parameters; logits are [N, B] float32,
+    -inf exactly on positions the node has committed and finite on its masked ones, for B = 16, 32, 64 and N = 0."""
+    torch.manual_seed(0)
+    model = OrderModel().eval()
+    cfg = model.cfg
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.top_k, cfg.max_block) == (3, 128, 8, 32, 64)
+    assert sum(p.numel() for p in model.parameters()) == 630913
+    for B in (16, 32, 64):
+        probs, conf, stale, node, depth = random_inputs(5, B, seed=B)
+        with torch.no_grad():
+            out = model(probs, conf, stale, node, depth)
+        assert out.shape == (5, B) and out.dtype == torch.float32
+        assert torch.equal(torch.isneginf(out), ~node)
+        assert torch.isfinite(out[node]).all()
+        with torch.no_grad():
+            empty = model(*random_inputs(0, B))
+        assert empty.shape == (0, B)
+
+
+def test_block_larger_than_max_block_is_rejected():
+    model = small_model()
+    with pytest.raises(ValueError, match="max_block"):
+        model(*random_inputs(2, 65))
+    tiny = small_model(cfg=OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64, max_block=8))
+    tiny(*random_inputs(2, 8))
+    with pytest.raises(ValueError, match="max_block"):
+        tiny(*random_inputs(2, 9))
+
+
+def test_features_layout():
+    """order_features: 2K + 6 columns; probabilities beyond K are ignored, fewer than K are zero-padded."""
+    probs, conf, stale, node, _ = random_inputs(3, 8, K=40)
+    f = order_features(probs, conf, stale, node, 32)
+    assert f.shape == (3, 8, SMALL.n_features) == (3, 8, 70) and f.dtype == torch.float32
+    torch.testing.assert_close(f[..., :32], probs[..., :32])
+    assert torch.equal(f[..., 64], conf)
+    assert torch.equal(f[..., 66].bool(), stale) and torch.equal(f[..., 67].bool(), node)
+    assert torch.equal(f[..., 68].bool(), stale & ~node)  # committed along the draft path
+    torch.testing.assert_close(f[..., 69], node.float().mean(-1, keepdim=True).expand(3, 8))
+    short = order_features(probs[..., :8], conf, stale, node, 32)
+    padded = order_features(F.pad(probs[..., :8], (0, 24)), conf, stale, node, 32)
+    assert short.shape == f.shape and torch.equal(short, padded)
+
+
+def test_bidirectional_and_batch_independent():
+    """A masked position's logit depends on the features of other (even committed, later) positions of its own node,
+    and never on another node's; the depth matters up to max_depth, beyond which it is clamped."""
+    model = small_model(1)
+    probs, conf, stale, node, depth = random_inputs(3, 8, seed=3)
+    node[:, -1] = False  # the last position committed in every node
+    node[:, 1:4] = True
+    with torch.no_grad():
+        base = model(probs, conf, stale, node, depth)
+        probs2, conf2 = probs.clone(), conf.clone()
+        probs2[0, -1] = probs2[0, -1].flip(-1)
+        conf2[0, -1] = 0.01
+        moved = model(probs2, conf2, stale, node, depth)
+        assert not torch.allclose(moved[0, node[0]], base[0, node[0]])
+        assert torch.equal(moved[1:], base[1:])
+        # the same inputs with row 0 swapped to the end give the same per-row logits
+        perm = torch.tensor([1, 2, 0])
+        swapped = model(probs[perm], conf[perm], stale[perm], node[perm], depth[perm])
+        torch.testing.assert_close(swapped, base[perm], rtol=1e-5, atol=1e-5)
+        top = model.cfg.max_depth - 1
+        shallow = model(probs, conf, stale, node, torch.tensor([0, top - 1, top]))
+        deep = model(probs, conf, stale, node, torch.tensor([1, top, top + 7]))
+        for i in (0, 1):
+            assert not torch.allclose(deep[i, node[i]], shallow[i, node[i]])
+        torch.testing.assert_close(deep[2], shallow[2], rtol=1e-5, atol=1e-5)
+
+
+def test_nan_inputs_are_sanitized():
+    """NaN confidences and probabilities (e.g. of positions the target did not score) read as 0: masked logits stay
+    finite and equal those of the zero-filled inputs; float16 probabilities (as collect stores them) work too."""
+    model = small_model(2)
+    probs, conf, stale, node, depth = random_inputs(4, 16, seed=5)
+    bad_p, bad_c = probs.clone(), conf.clone()
+    bad_p[0, :5] = float("nan")
+    bad_p[1, 3, 7:] = float("nan")
+    bad_c[:, ::3] = float("nan")
+    bad_c[2, 1] = float("inf")
+    with torch.no_grad():
+        out = model(bad_p, bad_c, stale, node, depth)
+        ref = model(bad_p.nan_to_num(0.0), bad_c.nan_to_num(0.0, 0.0, 0.0), stale, node, depth)
+        clean = model(probs, conf, stale, node, depth)
+        half = model(probs.half(), conf, stale, node, depth)
+    assert torch.isfinite(out[node]).all() and torch.isneginf(out[~node]).all()
+    assert torch.equal(out, ref)
+    assert not torch.allclose(out[node], clean[node])
+    torch.testing.assert_close(half, clean, rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 3. Weights I/O and the Drafter
+
+
+def test_save_load_round_trip(tmp_path):
+    model = small_model(3, OrderModelConfig(d_model=32, n_layers=2, n_heads=4, d_ff=64, max_block=16, max_depth=5))
+    save_order_model(model, tmp_path, extra={"note": "hello"})
+    meta = json.loads((tmp_path / "drafter.json").read_text())
+    assert meta["note"] == "hello" and meta["config"]["max_depth"] == 5 and meta["config"]["n_layers"] == 2
+    loaded = load_order_model(tmp_path)
+    assert loaded.cfg == model.cfg and not loaded.training
+    inputs = random_inputs(6, 16, seed=7)
+    with torch.no_grad():
+        assert torch.equal(loaded(*inputs), model(*inputs))
+    save_order_model(model, tmp_path, name="other")
+    assert (tmp_path / "other.safetensors").is_file() and (tmp_path / "other.json").is_file()
+
+
+def test_load_drafter_and_position_logits(tmp_path, monkeypatch):
+    """spot.load_drafter(dir) wraps the saved model; position_logits gathers each frontier node's stale row."""
+    model = small_model(4)
+    save_order_model(model, tmp_path)
+    drafter = spot.load_drafter(str(tmp_path))
+    assert isinstance(drafter, LearnedDrafter) and isinstance(drafter, spot.Drafter)
+    assert drafter.device == torch.device("cpu")
+
+    b, B, K = 3, 8, 32
+    probs, conf, stale_masked, _, _ = random_inputs(b, B, K, seed=11, dtype=torch.float64)
+    stale = spot.StaleFeatures(topk_probs=probs, topk_ids=torch.randint(0, 90, (b, B, K)),
+                               tokens=torch.randint(0, 90, (b, B)), confidence=conf.double(), masked=stale_masked,
+                               block_start=torch.tensor([3, 10, 17]), block_index=0)
+    node_row = torch.tensor([0, 2, 2, 1, 0])
+    node_masked = stale_masked[node_row] & (torch.rand(5, B, generator=torch.Generator().manual_seed(1)) < 0.8)
+    node_masked[torch.arange(5), stale_masked[node_row].to(torch.int8).argmax(1)] = True
+    depth = torch.tensor([0, 1, 2, 0, 3])
+    got = drafter.position_logits(stale, node_masked, node_row, depth)
+    with torch.no_grad():
+        want = model(probs[node_row], conf.double()[node_row], stale_masked[node_row], node_masked, depth)
+    assert torch.equal(got, want) and not got.requires_grad
+    # a different row mapping gives different logits (the gather is not a no-op)
+    other = drafter.position_logits(stale, node_masked, torch.tensor([1, 0, 0, 2, 2]), depth)
+    assert not torch.equal(other, got)
+
+    monkeypatch.setattr(spot, "ORDER_WEIGHTS", tmp_path)  # "default" reads the package's weights directory
+    with torch.no_grad():
+        assert torch.equal(spot.load_drafter("default").model(*random_inputs(2, 8)), model(*random_inputs(2, 8)))
+
+
+def test_load_drafter_missing(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="drafter"):
+        spot.load_drafter(str(tmp_path))
+    monkeypatch.setattr(spot, "ORDER_WEIGHTS", tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError):
+        spot.load_drafter("default")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 4-5. Training data and training
+
+
+def synthetic_shard(n, B, K=32, seed=0, rule="random", blocks_per_prompt=2):
+    """A shard shaped like collect's. rule="random": random commit orders; rule="confidence": each block has a fixed
+    per-position confidence and commits in descending order of it (so the stale confidence ranks the rest)."""
+    g = torch.Generator().manual_seed(seed)
+    conf = torch.rand(n, B, generator=g)
+    if rule == "confidence":
+        order = conf.argsort(1, descending=True)
+    else:
+        order = torch.stack([torch.randperm(B, generator=g) for _ in range(n)])
+    conf_steps = conf[:, None].expand(n, B, B) if rule == "confidence" else torch.rand(n, B, B, generator=g)
+    probs = torch.softmax(torch.randn(n, B, B, K, generator=g) * 2, -1).sort(-1, descending=True).values
+    if rule == "confidence":
+        probs = probs * 0.3  # keep the probabilities uninformative, but below the confidence
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(B).expand(n, B))
+    masked = rank[:, None, :] >= torch.arange(B)[None, :, None]  # masked[b, k, j]: j not among order[b, :k]
+    return {
+        "topk_probs": probs.half(),
+        "topk_ids": torch.randint(0, 1000, (n, B, B, K), generator=g).short(),
+        "tokens": torch.randint(0, 1000, (n, B, B), generator=g).short(),
+        "confidence": conf_steps.float().contiguous(),
+        "masked": masked,
+        "order": order.to(torch.int8),
+        "prompt": (torch.arange(n) // blocks_per_prompt).int(),
+        "block_index": (torch.arange(n) % blocks_per_prompt).int(),
+    }
+
+
+def test_synthetic_shard_is_consistent():
+    """The hand-made shard obeys collect's invariants (else the tests below would prove nothing)."""
+    s = synthetic_shard(6, 8)
+    for b in range(6):
+        assert sorted(s["order"][b].tolist()) == list(range(8))
+        for k in range(8):
+            assert set(torch.nonzero(s["masked"][b, k]).flatten().tolist()) == set(range(8)) - set(
+                s["order"][b, :k].tolist())
+
+
+def test_trajectories_batch_labels_and_split():
+    B, n = 8, 12
+    shard = synthetic_shard(n, B, seed=1, blocks_per_prompt=2)  # prompts 0..5, two blocks each
+    data = Trajectories(shard, heldout_every=3)
+    assert data.B == B
+    assert data.heldout_blocks.tolist() == [0, 1, 6, 7]  # prompts 0 and 3
+    assert data.train_blocks.tolist() == [2, 3, 4, 5, 8, 9, 10, 11]
+    order = shard["order"].long()
+    blocks = torch.tensor([0, 3, 5, 5, 11, 2])
+    k = torch.tensor([0, 2, 6, 0, 3, 1])
+    d = torch.tensor([0, 1, 0, 6, 2, 0])
+    (probs, conf, stale, node, depth), labels = data.batch(blocks, k, d)
+    assert probs.dtype == torch.float32 and torch.equal(probs, shard["topk_probs"][blocks, k].float())
+    assert torch.equal(conf, shard["confidence"][blocks, k]) and torch.equal(stale, shard["masked"][blocks, k])
+    assert torch.equal(depth, d)
+    for i in range(len(blocks)):
+        t = int(k[i] + 1 + d[i])
+        done = set(order[blocks[i], :t].tolist())
+        assert set(torch.nonzero(node[i]).flatten().tolist()) == set(range(B)) - done
+        assert labels[i] == order[blocks[i], t]
+        assert node[i, labels[i]]
+
+
+def test_examples_at_depth_enumerates_heldout():
+    """One example per held-out (block, k) with k + 1 + d < B, and nothing from training prompts."""
+    B, n = 6, 10
+    shard = synthetic_shard(n, B, seed=2, blocks_per_prompt=1)
+    data = Trajectories(shard, heldout_every=4)  # prompts 0, 4, 8 held out
+    order = shard["order"].long()
+    for d in range(B + 1):
+        (probs, conf, stale, node, depth), labels = data.examples_at_depth(d)
+        want = [(b, k) for b in (0, 4, 8) for k in range(B) if k + 1 + d < B]
+        assert len(labels) == len(want) and len(conf) == len(want)
+        assert (depth == d).all()
+        got = []
+        for i in range(len(labels)):
+            # identify (block, k) by its (unique, random) confidence row
+            (b, k), = [(b, k) for b in range(n) for k in range(B) if torch.equal(shard["confidence"][b, k], conf[i])]
+            got.append((b, k))
+            assert labels[i] == order[b, k + 1 + d]
+            assert torch.equal(node[i], ~torch.isin(torch.arange(B), order[b, :k + 1 + d]))
+        assert sorted(got) == want
+    (_, conf_train, *_), labels = data.examples_at_depth(1, heldout=False)
+    assert len(labels) == 7 * (B - 2)
+
+
+def test_sample_draws_valid_training_examples():
+    B = 8
+    shard = synthetic_shard(16, B, seed=3, blocks_per_prompt=1)
+    data = Trajectories(shard, heldout_every=2)
+    (probs, conf, stale, node, depth), labels = data.sample(300, max_depth=3, gen=torch.Generator().manual_seed(0))
+    assert len(labels) == 300 and depth.min() >= 0 and depth.max() <= 3 and len(set(depth.tolist())) == 4
+    held = set(data.heldout_blocks.tolist())
+    for i in range(300):
+        (b, k), = [(b, k) for b in range(16) for k in range(B) if torch.equal(shard["confidence"][b, k], conf[i])]
+        assert b not in held
+        t = k + 1 + int(depth[i])
+        assert t < B and labels[i] == shard["order"][b, t]
+        assert int(node[i].sum()) == B - t
+
+
+def _train(shards, tmp_path, name, **kw):
+    cfg = DrafterTrainConfig(**kw)
+    return train_drafter(shards, cfg, tmp_path / name, model_cfg=SMALL, progress=False, log=lambda *a: None)
+
+
+def test_training_is_deterministic(tmp_path):
+    shards = [Trajectories(synthetic_shard(12, 8, seed=4), 3, "a"), Trajectories(synthetic_shard(8, 4, seed=5), 3, "b")]
+    kw = dict(steps=20, batch_size=16, eval_every=10, seed=7)
+    r1 = _train(shards, tmp_path, "one", **kw)
+    r2 = _train(shards, tmp_path, "two", **kw)
+    r3 = _train(shards, tmp_path, "three", **{**kw, "seed": 8})
+    w1, w2, w3 = (load_file(str(tmp_path / n / "drafter.safetensors")) for n in ("one", "two", "three"))
+    assert w1.keys() == w2.keys() and all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert any(not torch.equal(w1[k], w3[k]) for k in w1)
+    assert r1["history"] == [{**h, "minutes": r1["history"][i]["minutes"]} for i, h in enumerate(r2["history"])]
+    assert [h["step"] for h in r1["history"]] == [10, 20] and set(r1["history"][0]["heldout"]) == {"a", "b"}
+    assert r1["parameters"] == sum(p.numel() for p in OrderModel(SMALL).parameters())
+    meta = json.loads((tmp_path / "one" / "drafter.json").read_text())
+    assert meta["config"]["d_model"] == 32 and meta["train"]["steps"] == 20
+    assert load_order_model(tmp_path / "one").cfg == SMALL
+
+
+def test_training_learns_a_confidence_order(tmp_path):
+    """Blocks commit in descending order of a stale confidence: a few hundred tiny steps must rank held-out
+    positions far better than chance (and the confidence baseline of `evaluate` is exact on this rule)."""
+    B = 16
+    data = Trajectories(synthetic_shard(64, B, seed=6, rule="confidence", blocks_per_prompt=1), 4, "conf")
+    before = evaluate(small_model(0), data, depths=(0, 2))
+    _train([data], tmp_path, "m", steps=250, batch_size=64, lr=1e-2, max_depth=3, eval_every=1000, seed=0)
+    model = load_order_model(tmp_path / "m")
+    after = evaluate(model, data, depths=(0, 2))
+    for d in (0, 2):
+        _, labels = data.examples_at_depth(d)
+        remaining = torch.arange(B - 1 - d)  # k -> B - (k + 1 + d) masked positions
+        chance = (1.0 / (B - 1 - d - remaining).double()).mean().item()
+        assert after[d]["examples"] == len(labels) == 16 * (B - 1 - d)
+        assert after[d]["confidence_top1"] == 1.0 and after[d]["confidence_top4"] == 1.0
+        assert after[d]["top1"] > max(2 * chance, 0.6), (d, after[d], chance)
+        assert after[d]["top4"] >= after[d]["top1"]
+        assert after[d]["top1"] > before[d]["top1"] + 0.2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 6. Collection
+
+
+COLLECT_CFG = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64)
+COLLECT_PROMPTS = [[5, 9, 14], [7] * 6, [3, 50, 60, 11, 12]]
+
+
+def _collect(target, out_dir):
+    return collect(target, COLLECT_PROMPTS, out_dir, block_sizes=(4,), temperatures=(0.0, 1.0), max_new_tokens=8,
+                   batch_size=2, seed=3, top_k=8, progress=False)
+
+
+def test_collect_shards(tmp_path):
+    """Shapes/dtypes as documented; orders are those of plain standard decoding with rows = prompt index; the
+    stored masks, confidences and tokens are those of each pass; the shard loads as training data."""
+    target = spot.load_target("random", config=COLLECT_CFG, dtype="float64", seed=1)
+    paths = _collect(target, tmp_path / "a")
+    assert [p.name for p in paths] == ["traj-B4-T0.safetensors", "traj-B4-T1.safetensors"]
+    B, K, n = 4, 8, 3 * 2  # 3 prompts x 2 blocks
+    for path, T in zip(paths, (0.0, 1.0)):
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata()
+            s = {k: f.get_tensor(k) for k in f.keys()}
+        assert meta["block_size"] == "4" and meta["num_prompts"] == "3" and meta["seed"] == "3"
+        shapes = {"topk_probs": ((n, B, B, K), torch.float16), "topk_ids": ((n, B, B, K), torch.int16),
+                  "tokens": ((n, B, B), torch.int16), "confidence": ((n, B, B), torch.float32),
+                  "masked": ((n, B, B), torch.bool), "order": ((n, B), torch.int8),
+                  "prompt": ((n,), torch.int32), "block_index": ((n,), torch.int32)}
+        assert set(s) == set(shapes)
+        for k, (shape, dtype) in shapes.items():
+            assert tuple(s[k].shape) == shape and s[k].dtype == dtype, k
+        assert s["prompt"].tolist() == [0, 0, 1, 1, 2, 2] and s["block_index"].tolist() == [0, 1] * 3
+        ref = spot.generate(target, COLLECT_PROMPTS, "standard", max_new_tokens=8, block_size=B, temperature=T,
+                            seed=3, eos_id=None, top_k=K, rows=[0, 1, 2])
+        assert torch.equal(s["order"].long(), ref.orders.flatten(0, 1))
+        order = s["order"].long()
+        for b in range(n):
+            assert sorted(order[b].tolist()) == list(range(B))
+            generated = ref.tokens[b // 2][B * (b % 2):B * (b % 2 + 1)]
+            for k in range(B):
+                masked = s["masked"][b, k]
+                assert set(torch.nonzero(masked).flatten().tolist()) == set(range(B)) - set(order[b, :k].tolist())
+                j = int(order[b, k])
+                # the pass on s_k committed its most confident masked position, with the token it sampled there
+                assert s["confidence"][b, k, j] >= s["confidence"][b, k][masked].max() - 1e-6
+                assert s["tokens"][b, k, j] == generated[j]
+                assert (s["topk_probs"][b, k, :, :-1] >= s["topk_probs"][b, k, :, 1:]).all()
+            if T == 0.0:  # greedy: the committed token is the top-1 id
+                assert all(s["topk_ids"][b, k, order[b, k], 0] == generated[order[b, k]] for k in range(B))
+        data = Trajectories.load(path, heldout_every=2)
+        assert data.heldout_blocks.tolist() == [0, 1, 4, 5] and data.name == path.stem
+        (_, _, stale, node, _), labels = data.examples_at_depth(0)
+        assert torch.equal(labels, torch.stack([order[b, 1:] for b in (0, 1, 4, 5)]).flatten())
+    # deterministic: a second collection writes the same tensors
+    again = _collect(target, tmp_path / "b")
+    for p, q in zip(paths, again):
+        x, y = load_file(str(p)), load_file(str(q))
+        assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+def test_collect_rejects_large_vocabularies(tmp_path):
+    with pytest.raises(ValueError, match="vocab_size"):
+        collect(SimpleNamespace(vocab_size=2**15 + 1), [[1]], tmp_path, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 7. Exactness of method="spot" with a learned drafter
+
+
+@pytest.fixture(scope="module")
+def target():
+    return sharp_target()
+
+
+PROMPTS = [[5, 9, 14], [7] * 11, [3, 50, 60, 70, 80, 90, 11]]
+
+
+@pytest.mark.parametrize("block_size", [4, 8])
+def test_spot_with_learned_drafter_equals_standard(target, block_size):
+    """A random (untrained) order model drives the trees: tokens and orders equal `standard` for every prompt, seed
+    and temperature, never with more passes, and some pass accepts drafted commits."""
+    drafter = LearnedDrafter(small_model(5))
+    accepted, saved = 0, 0
+    for seed in (0, 1):
+        for temperature in (0.0, 0.7, 1.0):
+            kw = dict(max_new_tokens=block_size + block_size // 2, block_size=block_size, temperature=temperature,
+                      seed=seed, eos_id=None, rows=[0, 1, 2], budget=6)
+            ref = spot.generate(target, PROMPTS, "standard", **kw)
+            out = spot.generate(target, PROMPTS, "spot", drafter=drafter, **kw)
+            assert out.tokens == ref.tokens, (seed, temperature)
+            assert torch.equal(out.orders, ref.orders)
+            assert out.stats.target_passes <= ref.stats.target_passes
+            # every position of both blocks of every row is committed exactly once
+            assert sum(c * m for c, m in out.stats.commits_per_pass.items()) == 3 * 2 * block_size
+            accepted += sum(m for c, m in out.stats.commits_per_pass.items() if c > 1)
+            saved += ref.stats.target_passes - out.stats.target_passes
+    assert accepted > 0 and saved > 0, "no drafted commit was accepted: verification went untested"
