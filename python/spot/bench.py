@@ -38,7 +38,7 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
         warm_up(target, prompts[0])
     bar = tqdm(total=len(methods) * len(batches), desc="bench", disable=not progress, unit="batch")
     for method in methods:
-        tokens, passes, generated, seconds, hist = [], 0, 0, 0.0, Counter()
+        tokens, passes, generated, seconds, hist, stages = [], 0, 0, 0.0, Counter(), Counter()
         for index, batch in enumerate(batches):
             start = index * batch_size
             rows = list(range(start, start + len(batch)))  # noise rows follow the prompt, not the batch
@@ -54,6 +54,7 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
             passes += out.stats.target_passes
             generated += out.stats.generated_tokens
             hist.update(out.stats.commits_per_pass)
+            stages.update(out.stats.stage_seconds)
             bar.set_postfix(method=method)
             bar.update()
         if reference is None:
@@ -66,6 +67,7 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
             "tokens_per_second": generated / seconds if seconds else None,
             "exact_match_vs_standard": tokens == reference,
             "commits_per_pass": {str(k): v for k, v in sorted(hist.items())},
+            "stage_seconds": dict(stages),
         }
     bar.close()
     base = report["methods"]["standard"]

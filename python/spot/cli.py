@@ -19,7 +19,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--budget", type=int, default=16, help="tree node budget per verification pass (root included)")
+    p.add_argument("--budget", default="auto", help="tree node budget per verification pass (root included); "
+                   "'auto': the one `spot tune` measured best for this device and block size")
     p.add_argument("--width", type=int, default=4, help="frontier nodes expanded per depth")
     p.add_argument("--branch", type=int, default=4, help="children drafted per frontier node")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
@@ -35,9 +36,19 @@ def _methods(text: str) -> list[str]:
     return methods
 
 
+def _budget(a) -> int:
+    if a.budget == "auto":
+        from .cost_model import default_budget
+        return default_budget(a.device, a.block_size)
+    try:
+        return int(a.budget)
+    except ValueError:
+        raise SystemExit(f"--budget: expected an integer or 'auto', got {a.budget!r}") from None
+
+
 def _settings(a) -> dict:
     return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
-                budget=a.budget, width=a.width, branch=a.branch, confidence=a.confidence,
+                budget=_budget(a), width=a.width, branch=a.branch, confidence=a.confidence,
                 eos_id=None if a.ignore_eos else -1)
 
 
@@ -169,6 +180,26 @@ def cmd_train_drafter(a) -> int:
     return 0
 
 
+def cmd_tune(a) -> int:
+    from .cost_model import BUDGETS_FILE, save_tuning, tune
+
+    from .prompts import build_prompts
+
+    target = load_target(a.target, dtype=a.dtype, device=a.device)
+    # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
+    texts = [p["text"] for p in build_prompts(a.corpus, 1024, split="train")[-a.num_prompts:]]
+    prompts = [target.tokenizer.encode(t) for t in texts]
+    drafter = _drafter(["spot"])
+    for B in _ints(a.block_sizes):
+        print(f"tune: block size {B}, {len(prompts)} prompts, {a.max_new_tokens} new tokens, device {a.device}")
+        result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
+                      max_new_tokens=a.max_new_tokens, temperature=a.temperature, width=a.width, branch=a.branch)
+        print(f"chosen budget for B={B}: {result['budget']}")
+        if not a.dry_run:
+            save_tuning(result, a.device, B, a.out or BUDGETS_FILE)
+    return 0
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -222,6 +253,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=cmd_train_drafter)
+    u = sub.add_parser("tune", help="measure the cost model and store the best tree budget for this device")
+    u.add_argument("--target", default="default")
+    u.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    u.add_argument("--device", default="cpu")
+    u.add_argument("--block-sizes", default="16,32")
+    u.add_argument("--budgets", default="1,2,4,8,16,32")
+    u.add_argument("--num-prompts", type=int, default=4)
+    u.add_argument("--corpus", default=".cache/corpus", help="built by `python -m spot.corpus --out DIR`")
+    u.add_argument("--max-new-tokens", type=int, default=64)
+    u.add_argument("--temperature", type=float, default=0.0)
+    u.add_argument("--width", type=int, default=4)
+    u.add_argument("--branch", type=int, default=4)
+    u.add_argument("--seed", type=int, default=0)
+    u.add_argument("--out", help="budgets file (default: the package's weights/budgets.json)")
+    u.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
+    u.set_defaults(func=cmd_tune)
     t = sub.add_parser("train-target", help="train the embedded target on the offline corpus (resumable)")
     t.add_argument("--corpus", default=".cache/corpus", help="built by `python -m spot.corpus --out DIR`")
     t.add_argument("--out", default=".cache/train-target", help="checkpoint directory (resumes from it)")

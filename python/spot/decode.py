@@ -32,6 +32,9 @@ class DecodeStats:
     generated_tokens: int = 0
     seconds: float = 0.0
     commits_per_pass: Counter = field(default_factory=Counter)  # commits -> (row, pass) count
+    # wall seconds per stage: "draft" (tree growth + drafter), "target" (passes), "verify" (scoring + acceptance);
+    # host timers, so only meaningful on CPU or with synchronous CUDA (CUDA_LAUNCH_BLOCKING=1)
+    stage_seconds: Counter = field(default_factory=Counter)
 
     @property
     def passes_per_token(self) -> float:
@@ -95,6 +98,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         step = torch.zeros(b, dtype=torch.long, device=dev)
         stale = None
         while bool((block == target.mask_id).any()):
+            t_draft = time.perf_counter()
             if method == "standard" or stale is None:
                 tree = Tree.root_only(block)
             else:
@@ -102,8 +106,10 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                                  seed=seed, rows=rows, temperature=float(temperature), mask_id=target.mask_id,
                                  backend=backend)
             block_start = session.block_start
+            t_target = time.perf_counter()
             logits = session.score(tree.states)
             logits[..., target.mask_id] = float("-inf")  # committing the mask token would undo a commit
+            t_verify = time.perf_counter()
             n = tree.states.shape[1]
             masked = tree.states == target.mask_id
             tok, conf, topk_p, topk_i, commit = spot_kernels.score(
@@ -127,6 +133,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                 block_start=block_start, block_index=blk, confidence_kind=confidence)
             if on_pass is not None:
                 on_pass(blk, step - n_acc, stale)
+            t_end = time.perf_counter()
+            stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
         session.append(block)
         out = torch.cat((out, block), 1)
         if eos_id is not None:

@@ -65,6 +65,8 @@ class Trajectories:
 
     def sample(self, n: int, max_depth: int, gen: torch.Generator, heldout: bool = False):
         pool = self.heldout_blocks if heldout else self.train_blocks
+        if len(pool) == 0:
+            raise ValueError(f"{self.name}: no {'held-out' if heldout else 'training'} blocks to sample")
         blocks = pool[torch.randint(len(pool), (n,), generator=gen)]
         k = torch.randint(self.B - 1, (n,), generator=gen)  # stale step 0 .. B-2
         room = (self.B - 2 - k).clamp(max=max_depth)
@@ -86,6 +88,7 @@ def order_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: int = 4096) -> dict:
     """Held-out top-1/top-4 accuracy of the drafter and top-1/top-4 of the stale-confidence ordering, per depth."""
+    was_training = model.training
     model.eval()
     out = {}
     for d in depths:
@@ -97,7 +100,7 @@ def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: 
             x = tuple(t[s:s + chunk] for t in inputs)
             y = labels[s:s + chunk, None]
             logits = model(*x)
-            conf = x[1].float().nan_to_num(0.0).masked_fill(~x[3], -1.0)
+            conf = x[1].double().nan_to_num(-math.inf).masked_fill(~x[3], -math.inf)
             for i, scores in enumerate((logits, conf)):
                 top = _topk_lowest(scores, min(4, scores.shape[1]))
                 hits[2 * i] += (top[:, :1] == y).any(1).sum()
@@ -105,7 +108,7 @@ def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: 
         n = len(labels)
         out[d] = {"top1": hits[0].item() / n, "top4": hits[1].item() / n, "confidence_top1": hits[2].item() / n,
                   "confidence_top4": hits[3].item() / n, "examples": n}
-    model.train()
+    model.train(was_training)
     return out
 
 
@@ -122,8 +125,9 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     model = OrderModel(model_cfg or OrderModelConfig())
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "emb" not in n]
-    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "emb" not in n)]
+    linear = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    decay = [p for p in model.parameters() if id(p) in linear]  # not embeddings, norms or biases
+    rest = [p for p in model.parameters() if id(p) not in linear]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
     params = sum(p.numel() for p in model.parameters())
