@@ -56,3 +56,32 @@ def test_cache_capacity_and_parameter_count():
     cache = KVCache(TINY, batch=2, capacity=10, dtype=torch.float32, device="cpu")
     assert cache.k[0].shape == (2, TINY.n_kv_heads, 10, TINY.head_dim) and len(cache.k) == TINY.n_layers
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
+
+
+def test_float32_root_logits_do_not_depend_on_the_tree():
+    """A node's logits are bit-identical whether it is scored alone or beside 15 others (float32): what keeps
+    float32 speculative decoding token-identical to standard, not just close."""
+    import spot
+    from spot.model import ModelConfig
+
+    cfg = ModelConfig(vocab_size=97, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=96, pad_id=0, eos_id=1,
+                      mask_id=2)
+    target = spot.load_target("random", config=cfg, seed=3)
+    prompts = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14]]
+    block = torch.full((2, 8), 2)
+    drafted = block.clone()
+    drafted[:, :3] = torch.tensor([20, 21, 22])
+    nodes = drafted[:, None].repeat(1, 16, 1)
+    nodes[:, 1:, 5] = torch.arange(30, 45)
+    for threads in (1, 2):
+        saved = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            alone, together = target.start(prompts, 16, 8), target.start(prompts, 16, 8)
+            for s in (alone, together):
+                s.score(block[:, None])  # first pass also appends the prompts: identical for both
+            a, t = alone.score(drafted[:, None])[:, 0], together.score(nodes)
+        finally:
+            torch.set_num_threads(saved)
+        assert torch.equal(a, t[:, 0]), f"{threads} threads: max diff {(a - t[:, 0]).abs().max()}"
+        assert not torch.equal(t[:, 1], t[:, 2])  # the other nodes really are other states

@@ -24,7 +24,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=4, help="frontier nodes expanded per depth")
     p.add_argument("--branch", type=int, default=4, help="children drafted per frontier node")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
-    p.add_argument("--methods", default="standard,confidence", help=f"comma-separated subset of {','.join(METHODS)}")
+    p.add_argument("--methods", default="standard,confidence,spot", help=f"comma-separated subset of {','.join(METHODS)}")
     p.add_argument("--ignore-eos", action="store_true", help="decode max-new-tokens even past end-of-sequence")
 
 
@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_generate)
     b = sub.add_parser("bench", help="run methods on the same prompts and seeds; write JSON")
     _common(b)
-    b.set_defaults(methods="standard,confidence,oracle")
+    b.set_defaults(methods="standard,confidence,spot,oracle")
     b.add_argument("--prompts-file", help="one prompt per line (\\n for newlines)")
     b.add_argument("--num-prompts", type=int, default=8)
     b.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")

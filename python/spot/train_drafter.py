@@ -9,6 +9,7 @@ to new text, not to new steps of seen text.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -119,9 +120,15 @@ def _topk_lowest(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.topk(key, k, dim=1).indices
 
 
+def _log(line: str) -> None:
+    tqdm.write(line)
+    sys.stdout.flush()  # visible at once in a log file
+
+
 def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, *, model_cfg=None,
-                  progress: bool = True, log=print) -> dict:
+                  progress: bool = True, log=None) -> dict:
     """Train one order model on every shard (batches alternate between shards). Returns the final evaluation."""
+    log = log or _log
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     model = OrderModel(model_cfg or OrderModelConfig())
