@@ -163,7 +163,7 @@ def cmd_collect(a) -> int:
 def cmd_train_drafter(a) -> int:
     import glob
 
-    from .order_model import WEIGHTS_DIR
+    from .order_model import WEIGHTS_DIR, load_order_model
     from .train_drafter import DrafterTrainConfig, Trajectories, train_drafter
 
     paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
@@ -175,7 +175,8 @@ def cmd_train_drafter(a) -> int:
     cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
                              heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed)
     out = a.out or WEIGHTS_DIR
-    result = train_drafter(shards, cfg, out, progress=not a.quiet)
+    init = load_order_model(a.init) if a.init else None
+    result = train_drafter(shards, cfg, out, init=init, progress=not a.quiet)
     print(f"trained {cfg.steps} steps, {result['parameters']} parameters; wrote {out}")
     return 0
 
@@ -244,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--data", default=".cache/traj", help="the --out of `spot collect`")
     d.add_argument("--out", help="where the weights go (default: the package's weights/)")
     d.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
+    d.add_argument("--init", help="continue from the drafter in this directory")
     d.add_argument("--steps", type=int, default=3000)
     d.add_argument("--batch-size", type=int, default=256)
     d.add_argument("--lr", type=float, default=2e-3)

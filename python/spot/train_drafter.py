@@ -126,12 +126,15 @@ def _log(line: str) -> None:
 
 
 def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, *, model_cfg=None,
-                  progress: bool = True, log=None) -> dict:
-    """Train one order model on every shard (batches alternate between shards). Returns the final evaluation."""
+                  init: OrderModel | None = None, progress: bool = True, log=None) -> dict:
+    """Train one order model on every shard (batches alternate between shards); `init` continues from a trained
+    model (its config wins). Returns the parameter count and the evaluation history."""
     log = log or _log
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    model = OrderModel(model_cfg or OrderModelConfig())
+    model = OrderModel(init.cfg if init is not None else model_cfg or OrderModelConfig())
+    if init is not None:
+        model.load_state_dict(init.state_dict())
     linear = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
     decay = [p for p in model.parameters() if id(p) in linear]  # not embeddings, norms or biases
     rest = [p for p in model.parameters() if id(p) not in linear]

@@ -75,9 +75,14 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
         depth = torch.cat((depth, torch.full_like(c_pos.view(b, -1), d + 1)), 1)
         # Next frontier: the `width` most probable new children (stable sort: ties to the lower index).
         order = torch.sort(-logprob[:, m:], dim=1, stable=True).indices[:, :width]
-        if not bool((logprob[:, m:].gather(1, order) > float("-inf")).any()):
+        best_next = logprob[:, m:].gather(1, order).max(1).values  # no deeper node can beat this
+        if not bool((best_next > float("-inf")).any()):
             break
         frontier = order + m
+        # Stop when every row already holds budget - 1 nodes at least as probable as any deeper node could be
+        # (deeper nodes also lose ties, being younger): the kept set can no longer change.
+        if bool(((logprob[:, 1:] >= best_next[:, None]).sum(1) >= budget - 1).all()):
+            break
     return _keep_best(states, logprob, parents, positions, tokens, depth, budget)
 
 
