@@ -45,3 +45,25 @@ def test_confidence_is_exact_on_the_trained_model(target, block_size, temperatur
     out = spot.generate(target, prompts, "confidence", **kw)
     assert out.tokens == ref.tokens
     assert out.stats.target_passes < ref.stats.target_passes
+
+
+def test_shipped_drafter_loads():
+    drafter = spot.load_drafter()
+    assert isinstance(drafter, spot.LearnedDrafter) and isinstance(drafter, spot.Drafter)
+    cfg = drafter.model.cfg
+    assert (cfg.n_layers, cfg.d_model, cfg.n_heads) == (3, 128, 8)
+    assert sum(p.numel() for p in drafter.model.parameters()) == 630_913
+
+
+@pytest.mark.parametrize("dtype,block_size,temperature", [("float64", 16, 1.0), ("float64", 32, 0.0),
+                                                           ("float32", 32, 0.0), ("float32", 16, 0.7)])
+def test_spot_is_exact_on_the_trained_model(dtype, block_size, temperature):
+    """The shipped drafter on the shipped target: the tokens of standard, in fewer passes. float32 too, since a
+    node's logits do not depend on the rest of the tree (tests/test_target.py)."""
+    target = spot.load_target(dtype=dtype)
+    prompts = [target.tokenizer.encode(t) for t in held_out_prompts(2)]
+    kw = dict(max_new_tokens=block_size, block_size=block_size, temperature=temperature, seed=2, eos_id=None)
+    ref = spot.generate(target, prompts, "standard", **kw)
+    out = spot.generate(target, prompts, "spot", drafter=spot.load_drafter(), **kw)
+    assert out.tokens == ref.tokens and torch.equal(out.orders, ref.orders)
+    assert out.stats.target_passes < ref.stats.target_passes
