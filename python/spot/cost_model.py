@@ -62,12 +62,15 @@ def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16, 
     pass_seconds, commits, overhead = {}, {}, {}
     for n in budgets:
         pass_seconds[n] = time_target_pass(target, block_size, n)
-        out = generate(target, prompts, "spot" if n > 1 else "standard", drafter=drafter if n > 1 else None,
-                       budget=n, width=width, branch=branch, block_size=block_size, temperature=temperature,
-                       max_new_tokens=max_new_tokens, eos_id=None)
-        s = out.stats
-        commits[n] = s.generated_tokens / s.target_passes
-        overhead[n] = (s.stage_seconds["draft"] + s.stage_seconds["verify"]) / s.target_passes
+        passes, tokens, extra = 0, 0, 0.0
+        for i, prompt in enumerate(prompts):  # one at a time: a batch advances in lock-step with its slowest row
+            s = generate(target, [prompt], "spot" if n > 1 else "standard", drafter=drafter if n > 1 else None,
+                         budget=n, width=width, branch=branch, block_size=block_size, temperature=temperature,
+                         max_new_tokens=max_new_tokens, eos_id=None, rows=[i]).stats
+            passes, tokens = passes + s.target_passes, tokens + s.generated_tokens
+            extra += s.stage_seconds["draft"] + s.stage_seconds["verify"]
+        commits[n] = tokens / passes
+        overhead[n] = extra / passes
         log(f"budget {n:>3}: pass {pass_seconds[n] * 1e3:8.2f} ms  overhead {overhead[n] * 1e3:7.2f} ms  "
             f"commits/pass {commits[n]:.3f}")
     best = choose_budget(commits, pass_seconds, overhead)
