@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/cuda/*.cu
 	touch $@
 
 demo: install
-	$(BIN)/python -m spot generate --methods standard,confidence,spot --max-new-tokens 96 --block-size 32
+	$(BIN)/python -m spot generate --methods standard,confidence,spot --max-new-tokens 96 --block-size 32 --budget 16
 
 test: install
 	$(BIN)/python -m pytest tests -q
