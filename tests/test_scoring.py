@@ -320,3 +320,21 @@ def test_bad_input_through_torch_ops():
         torch.ops.spot.score(a["logits"], a["masked"], 0, a["rows"], a["block_start"], a["steps"], -1.0)
     with pytest.raises(ValueError, match="confidence"):
         torch.ops.spot.score(a["logits"], a["masked"], 0, a["rows"], a["block_start"], a["steps"], 1.0, "x")
+
+
+def test_pruned_gumbel_argmax_equals_the_dense_one():
+    """The reference hashes noise only for entries that can still win; the token must equal the dense
+    argmax(x + g) everywhere: flat and peaked rows, -inf entries, exact ties in x."""
+    from spot_kernels.reference.noise import gumbel_from_words, words
+    from spot_kernels.reference.scoring import _gumbel_argmax
+
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        for scale in (0.01, 1.0, 30.0):
+            x = (torch.randn(64, 1001, generator=gen) * scale).to(dtype)
+            x[0] = 0.0  # all tied
+            x[1, :500] = float("-inf")
+            x[2] = x[2].round()  # many ties
+            keys = torch.randint(0, 2**32, (64,), generator=gen)
+            dense = torch.argmax(x + gumbel_from_words(words(keys[:, None], torch.arange(1001)), dtype), dim=-1)
+            assert torch.equal(_gumbel_argmax(x, keys, dtype), dense), (dtype, scale)
