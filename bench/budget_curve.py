@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import spot
+from spot.bench import decode_all
 from spot.prompts import held_out_prompts
 
 
@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--budgets", default="2,4,8,16,32")
-    ap.add_argument("--methods", default="spot,confidence")
+    ap.add_argument("--methods", default="spot,confidence", help="any of spot,confidence,oracle")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
@@ -33,23 +33,15 @@ def main(argv=None) -> int:
     settings = dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature,
                     eos_id=None)
 
-    def run(method, budget=1):
-        tokens, passes, seconds = [], 0, 0.0
-        for i, p in enumerate(prompts):
-            t0 = time.perf_counter()
-            out = spot.generate(target, [p], method, budget=budget, rows=[i],
-                                drafter=drafter if method == "spot" else None, **settings)
-            seconds += time.perf_counter() - t0
-            tokens += out.tokens
-            passes += out.stats.target_passes
-        return tokens, passes, seconds
-
-    ref, base_passes, base_seconds = run("standard")
+    standard = decode_all(target, prompts, "standard", **settings)
+    ref, base_passes, base_seconds = standard["tokens"], standard["target_passes"], standard["seconds"]
     rows = []
     print(f"standard: {base_passes} passes, {base_seconds:.1f} s")
     for budget in [int(x) for x in a.budgets.split(",")]:
         for method in a.methods.split(","):
-            tokens, passes, seconds = run(method, budget)
+            run = decode_all(target, prompts, method, budget=budget, drafter=drafter,
+                             standard_orders=standard["orders"], **settings)
+            tokens, passes, seconds = run["tokens"], run["target_passes"], run["seconds"]
             rows.append({"method": method, "budget": budget, "target_passes": passes,
                          "pass_reduction_vs_standard": base_passes / passes,
                          "speedup_vs_standard": base_seconds / seconds, "exact_match_vs_standard": tokens == ref})

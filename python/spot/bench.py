@@ -24,50 +24,62 @@ def warm_up(target, prompt: list[int]) -> None:
     generate(target, [prompt], "confidence", max_new_tokens=2, block_size=2)
 
 
+def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int = 1, drafter=None,
+               standard_orders=None, on_batch=None, **settings) -> dict:
+    """Decode every prompt with `method`, `batch_size` prompts per call, and sum the statistics.
+
+    Noise rows follow the prompt index, never the batch, so every method sees the same noise. `standard_orders`
+    (the "orders" a standard run returned) lets `oracle` reuse the true order instead of re-deriving it.
+    """
+    totals = {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0,
+              "commits_per_pass": Counter(), "stage_seconds": Counter()}
+    for index, start in enumerate(range(0, len(prompts), batch_size)):
+        batch = prompts[start:start + batch_size]
+        extra = {"drafter": drafter} if method == "spot" else {}
+        if method == "oracle" and standard_orders is not None:
+            extra = {"orders": standard_orders[index]}
+        t0 = time.perf_counter()
+        out = generate(target, batch, method, rows=list(range(start, start + len(batch))), **extra, **settings)
+        totals["seconds"] += time.perf_counter() - t0
+        totals["tokens"] += out.tokens
+        totals["orders"].append(out.orders)
+        totals["target_passes"] += out.stats.target_passes
+        totals["generated_tokens"] += out.stats.generated_tokens
+        totals["commits_per_pass"].update(out.stats.commits_per_pass)
+        totals["stage_seconds"].update(out.stats.stage_seconds)
+        if on_batch is not None:
+            on_batch()
+    return totals
+
+
 def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
               **settings) -> dict:
     """Run `methods` (standard always first, it is the reference) and return the JSON-ready report."""
     methods = ["standard"] + [m for m in methods if m != "standard"]
-    batches = [prompts[i:i + batch_size] for i in range(0, len(prompts), batch_size)]
     report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
                            "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
-    reference, standard_orders = None, []
     if prompts:
         warm_up(target, prompts[0])
-    bar = tqdm(total=len(methods) * len(batches), desc="bench", disable=not progress, unit="batch")
+    bar = tqdm(total=len(methods) * -(-len(prompts) // batch_size), desc="bench", disable=not progress,
+               unit="batch")
+    standard = None
     for method in methods:
-        tokens, passes, generated, seconds, hist, stages = [], 0, 0, 0.0, Counter(), Counter()
-        for index, batch in enumerate(batches):
-            start = index * batch_size
-            rows = list(range(start, start + len(batch)))  # noise rows follow the prompt, not the batch
-            extra = {"drafter": drafter} if method == "spot" else {}
-            if method == "oracle":  # reuse the true order of the standard run above
-                extra = {"orders": standard_orders[index]}
-            t0 = time.perf_counter()
-            out = generate(target, batch, method, rows=rows, **extra, **settings)
-            seconds += time.perf_counter() - t0
-            if method == "standard":
-                standard_orders.append(out.orders)
-            tokens += out.tokens
-            passes += out.stats.target_passes
-            generated += out.stats.generated_tokens
-            hist.update(out.stats.commits_per_pass)
-            stages.update(out.stats.stage_seconds)
-            bar.set_postfix(method=method)
-            bar.update()
-        if reference is None:
-            reference = tokens
+        bar.set_postfix(method=method)
+        run = decode_all(target, prompts, method, batch_size=batch_size, drafter=drafter, on_batch=bar.update,
+                         standard_orders=standard["orders"] if standard else None, **settings)
+        standard = standard or run
+        passes, generated, seconds = run["target_passes"], run["generated_tokens"], run["seconds"]
         report["methods"][method] = {
             "target_passes": passes,
             "generated_tokens": generated,
             "passes_per_token": passes / generated if generated else None,
             "seconds": seconds,
             "tokens_per_second": generated / seconds if seconds else None,
-            "exact_match_vs_standard": tokens == reference,
-            "commits_per_pass": {str(k): v for k, v in sorted(hist.items())},
-            "stage_seconds": dict(stages),
+            "exact_match_vs_standard": run["tokens"] == standard["tokens"],
+            "commits_per_pass": {str(k): v for k, v in sorted(run["commits_per_pass"].items())},
+            "stage_seconds": dict(run["stage_seconds"]),
         }
     bar.close()
     base = report["methods"]["standard"]

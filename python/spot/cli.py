@@ -11,14 +11,19 @@ from .decode import CONFIDENCE_KINDS, METHODS, generate
 from .loading import DTYPES, load_target
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _target_args(p: argparse.ArgumentParser) -> None:
+    """Which target to load, where, and the noise seed: shared by every command that runs the target."""
     p.add_argument("--target", default="default", help="'default' (embedded), 'random', or a weights directory")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    _target_args(p)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget", default="auto", help="tree node budget per verification pass (root included); "
                    "'auto': the one `spot tune` measured best for this device and block size")
     p.add_argument("--width", type=int, default=4, help="frontier nodes expanded per depth")
@@ -148,7 +153,7 @@ def cmd_collect(a) -> int:
     from .collect import collect
     from .prompts import build_prompts
 
-    target = load_target(a.target, dtype=a.dtype, device=a.device)
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     if target.tokenizer is None:
         raise SystemExit("collect needs a target with the shipped tokenizer (prompts come from the corpus)")
     texts = [p["text"] for p in build_prompts(a.corpus, a.num_prompts, split="train")]
@@ -186,7 +191,7 @@ def cmd_tune(a) -> int:
 
     from .prompts import build_prompts
 
-    target = load_target(a.target, dtype=a.dtype, device=a.device)
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
     texts = [p["text"] for p in build_prompts(a.corpus, 1024, split="train")[-a.num_prompts:]]
     prompts = [target.tokenizer.encode(t) for t in texts]
@@ -228,9 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", action="store_true", help="no progress bar")
     b.set_defaults(func=cmd_bench)
     c = sub.add_parser("collect", help="record standard-decoding trajectories for training the order drafter")
-    c.add_argument("--target", default="default")
-    c.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    c.add_argument("--device", default="cpu")
+    _target_args(c)
     c.add_argument("--corpus", default=".cache/corpus", help="built by `python -m spot.corpus --out DIR`")
     c.add_argument("--out", default=".cache/trajectories")
     c.add_argument("--num-prompts", type=int, default=256, help="training-split prompts to decode")
@@ -238,7 +241,6 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--temperatures", default="0,1")
     c.add_argument("--max-new-tokens", type=int, default=256)
     c.add_argument("--batch-size", type=int, default=16)
-    c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quiet", action="store_true")
     c.set_defaults(func=cmd_collect)
     d = sub.add_parser("train-drafter", help="train the order drafter on collected trajectories")
@@ -256,9 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=cmd_train_drafter)
     u = sub.add_parser("tune", help="measure the cost model and store the best tree budget for this device")
-    u.add_argument("--target", default="default")
-    u.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    u.add_argument("--device", default="cpu")
+    _target_args(u)
     u.add_argument("--block-sizes", default="16,32")
     u.add_argument("--budgets", default="1,2,4,8,16,32")
     u.add_argument("--num-prompts", type=int, default=4)
@@ -267,7 +267,6 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--temperature", type=float, default=0.0)
     u.add_argument("--width", type=int, default=4)
     u.add_argument("--branch", type=int, default=4)
-    u.add_argument("--seed", type=int, default=0)
     u.add_argument("--out", help="budgets file (default: the package's weights/budgets.json)")
     u.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
     u.set_defaults(func=cmd_tune)

@@ -18,19 +18,30 @@ WEIGHTS_DIR = Path(__file__).parent / "weights"
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def save_model(model: BlockDiffusionLM, directory, name: str = "target") -> None:
+def save_weights(module: torch.nn.Module, directory, name: str, meta: dict) -> None:
+    """`name`.safetensors (float32 state dict) + `name`.json (`meta`) in `directory`."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in module.state_dict().items()}
     save_file(state, str(directory / f"{name}.safetensors"))
-    (directory / f"{name}.json").write_text(model.cfg.to_json() + "\n")
+    (directory / f"{name}.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """The state dict and metadata written by `save_weights` (safetensors: nothing is unpickled)."""
+    directory = Path(directory)
+    meta = json.loads((directory / f"{name}.json").read_text())
+    return load_file(str(directory / f"{name}.safetensors")), meta
+
+
+def save_model(model: BlockDiffusionLM, directory, name: str = "target") -> None:
+    save_weights(model, directory, name, json.loads(model.cfg.to_json()))
 
 
 def load_model(directory, name: str = "target") -> BlockDiffusionLM:
-    directory = Path(directory)
-    cfg = ModelConfig.from_dict(json.loads((directory / f"{name}.json").read_text()))
-    model = BlockDiffusionLM(cfg)
-    model.load_state_dict(load_file(str(directory / f"{name}.safetensors")))
+    state, meta = load_weights(directory, name)
+    model = BlockDiffusionLM(ModelConfig.from_dict(meta))
+    model.load_state_dict(state)
     return model
 
 

@@ -9,7 +9,6 @@ masked in the node are eligible (`spot_kernels.select_children` masks the others
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .drafters import StaleFeatures
+from .loading import load_weights, save_weights
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 
@@ -117,19 +117,11 @@ class LearnedDrafter:
 
 
 def save_order_model(model: OrderModel, directory, name: str = "drafter", extra: dict | None = None) -> None:
-    from safetensors.torch import save_file
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / f"{name}.safetensors"))
-    meta = {"config": asdict(model.cfg), **(extra or {})}
-    (directory / f"{name}.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    save_weights(model, directory, name, {"config": asdict(model.cfg), **(extra or {})})
 
 
 def load_order_model(directory=WEIGHTS_DIR, name: str = "drafter") -> OrderModel:
-    from safetensors.torch import load_file
-    directory = Path(directory)
-    meta = json.loads((directory / f"{name}.json").read_text())
+    state, meta = load_weights(directory, name)
     model = OrderModel(OrderModelConfig(**meta["config"]))
-    model.load_state_dict(load_file(str(directory / f"{name}.safetensors")))
+    model.load_state_dict(state)
     return model.eval()
