@@ -114,6 +114,21 @@ def test_topk_ties_at_the_cut_take_the_lowest_ids():
         assert out.topk_ids[0, j].tolist() == [v for _, v in top]
 
 
+def test_topk_lowest_id_mixes_rows_with_and_without_a_tie_at_the_cut():
+    """Only rows whose (K+1)-th value ties the K-th take the slow path; every row must equal a full sort."""
+    g = torch.Generator().manual_seed(5)
+    values = torch.randn(6, 40, generator=g, dtype=torch.float64)
+    values[1] = values[1].round()  # ties everywhere, at the cut too
+    values[3, :12] = 2.0  # twelve-way tie straddling a cut of 5
+    values[4] = 0.0  # all tied
+    for k in (1, 5, 39, 40):
+        vals, ids = ref_scoring.topk_lowest_id(values, k)
+        for r in range(values.shape[0]):
+            want = sorted(range(40), key=lambda v: (-values[r, v].item(), v))[:k]
+            assert ids[r].tolist() == want, (k, r)
+            assert torch.equal(vals[r], values[r, want])
+
+
 def test_masks_all_and_none():
     logits = torch.randn(2, 4, 7, generator=torch.Generator().manual_seed(3))
     none = run(logits, torch.zeros(2, 4, dtype=torch.bool), temperature=0.7)

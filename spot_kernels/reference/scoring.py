@@ -34,14 +34,26 @@ def topk_lowest_id(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
         (vals [R, k] same dtype as values, ids [R, k] int64).
     """
     n = values.shape[-1]
-    threshold = torch.topk(values, k, dim=-1, sorted=True).values[:, -1:]
-    # Fewer than k entries lie above the threshold; rank them first (-1), then the tied entries by index, so the
-    # k smallest ranks are exactly the wanted set.
-    index = torch.arange(n, device=values.device)
-    rank = torch.where(values > threshold, -1, torch.where(values == threshold, index, n))
-    ids = torch.topk(rank, k, dim=-1, largest=False).indices.sort(dim=-1).values
-    vals = values.gather(-1, ids)
-    order = torch.sort(vals, dim=-1, descending=True, stable=True).indices  # stable: equal values keep id order
+    vals, ids = torch.topk(values, min(k + 1, n), dim=-1, sorted=True)
+    threshold = vals[:, k - 1:k]
+    # The set is already exact unless the (k+1)-th value ties the k-th: then a tie straddles the cut and the
+    # lowest ids among the tied entries must win. Fix only those rows.
+    straddles = (vals[:, k] == threshold[:, 0]) if n > k else torch.zeros_like(vals[:, 0], dtype=torch.bool)
+    vals, ids = vals[:, :k], ids[:, :k]
+    if bool(straddles.any()):
+        sub = values[straddles]
+        cut = threshold[straddles]
+        index = torch.arange(n, device=values.device)
+        # rank: above the cut first (-1), then tied entries by index; the k smallest ranks are the wanted set
+        rank = torch.where(sub > cut, -1, torch.where(sub == cut, index, n))
+        sub_ids = torch.topk(rank, k, dim=-1, largest=False).indices
+        ids = ids.clone()
+        ids[straddles] = sub_ids
+        vals = values.gather(-1, ids)
+    # descending by value, ties by lowest id: sort by id, then a stable sort by value
+    by_id = ids.sort(dim=-1)
+    vals, ids = vals.gather(-1, by_id.indices), by_id.values
+    order = torch.sort(vals, dim=-1, descending=True, stable=True).indices
     return vals.gather(-1, order), ids.gather(-1, order)
 
 
@@ -76,8 +88,9 @@ def _score_rows(
         x = raw / torch.full((), temperature, dtype=cdtype, device=raw.device)
     else:
         x = raw
-    valid = ~(x.isnan().any(-1) | x.isposinf().any(-1) | x.isneginf().all(-1))
-    x = torch.where(valid[:, None], x, 0.0)  # invalid rows are overwritten below; zeros keep the math clean
+    valid = torch.isfinite(x.amax(-1))  # amax is NaN for a NaN row, +inf with a +inf, -inf when all are -inf
+    if not bool(valid.all()):
+        x = torch.where(valid[:, None], x, 0.0)  # invalid rows are overwritten below; zeros keep the math clean
 
     if temperature > 0:
         tokens = _gumbel_argmax(x, keys, cdtype)
