@@ -15,7 +15,7 @@ from spot.collect import collect
 from spot.model import ModelConfig
 from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
                               save_order_model)
-from spot.train_drafter import DrafterTrainConfig, Trajectories, evaluate, train_drafter
+from spot.train_drafter import DrafterTrainConfig, Trajectories, evaluate, example_weights, train_drafter
 from test_decode import sharp_target
 
 SMALL = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)
@@ -300,6 +300,13 @@ def test_sample_draws_valid_training_examples():
 def _train(shards, tmp_path, name, **kw):
     cfg = DrafterTrainConfig(**kw)
     return train_drafter(shards, cfg, tmp_path / name, model_cfg=SMALL, progress=False, log=lambda *a: None)
+
+
+def test_shards_are_drawn_in_proportion_to_their_examples():
+    big = Trajectories(synthetic_shard(12, 8, seed=4), 3, "big")  # B = 8
+    small = Trajectories(synthetic_shard(8, 4, seed=5), 3, "small")
+    w = example_weights([big, small])
+    assert w.tolist() == [len(big.train_blocks) * 8.0, len(small.train_blocks) * 4.0]
 
 
 def test_training_is_deterministic(tmp_path):

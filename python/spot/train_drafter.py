@@ -82,6 +82,12 @@ class Trajectories:
         return self.batch(blocks, k.repeat(len(pool)), torch.full((len(blocks),), d))
 
 
+def example_weights(shards: list[Trajectories]) -> torch.Tensor:
+    """Sampling weight of each shard: its training (block, stale step) pairs, so every example is equally likely
+    (a B = 32 shard of 256 prompts weighs four times a B = 16 shard of 128)."""
+    return torch.tensor([float(len(s.train_blocks) * s.B) for s in shards])
+
+
 def order_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, labels)
 
@@ -127,7 +133,8 @@ def _log(line: str) -> None:
 
 def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, *, model_cfg=None,
                   init: OrderModel | None = None, progress: bool = True, log=None) -> dict:
-    """Train one order model on every shard (batches alternate between shards); `init` continues from a trained
+    """Train one order model on every shard (each batch from one shard, drawn in proportion to its training
+    examples); `init` continues from a trained
     model (its config wins). Returns the parameter count and the evaluation history."""
     log = log or _log
     torch.manual_seed(cfg.seed)
@@ -143,13 +150,14 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
     params = sum(p.numel() for p in model.parameters())
     log(f"order model: {params} parameters; shards: " + ", ".join(
         f"{s.name} ({len(s.train_blocks)} train / {len(s.heldout_blocks)} held-out blocks)" for s in shards))
+    shard_weights = example_weights(shards)
     history, t0 = [], time.perf_counter()
     bar = tqdm(range(cfg.steps), desc="train-drafter", disable=not progress)
     for step in bar:
         lr = cfg.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        data = shards[step % len(shards)]
+        data = shards[int(torch.multinomial(shard_weights, 1, generator=gen))]
         inputs, labels = data.sample(cfg.batch_size, cfg.max_depth, gen)
         loss = order_loss(model(*inputs), labels)
         opt.zero_grad(set_to_none=True)
