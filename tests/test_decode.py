@@ -78,6 +78,24 @@ def test_oracle_equals_standard(target):
     assert passes["oracle"] < passes["standard"]
 
 
+@pytest.mark.parametrize("method", ["confidence", "oracle"])
+def test_scoring_the_accepted_chain_equals_scoring_every_node(target, method):
+    """CPU decoding scores only the nodes verification can reach; it must match scoring the whole tree, in tokens,
+    commit orders, passes and accepted chains, batched and unbatched, at every temperature."""
+    accepted = 0
+    for block_size, temperature in itertools.product([4, 16], [0.0, 0.7]):
+        for prompts in ([PROMPTS[2]], PROMPTS):
+            kw = dict(max_new_tokens=_max_new(block_size), block_size=block_size, temperature=temperature, seed=4,
+                      budget=8)
+            every = _run(target, prompts, method, score_all_nodes=True, **kw)
+            chain = _run(target, prompts, method, score_all_nodes=False, **kw)
+            assert chain.tokens == every.tokens and torch.equal(chain.orders, every.orders)
+            assert chain.stats.target_passes == every.stats.target_passes
+            assert chain.stats.commits_per_pass == every.stats.commits_per_pass
+            accepted += sum(n for c, n in chain.stats.commits_per_pass.items() if c > 1)
+    assert accepted > 0
+
+
 def test_batched_equals_unbatched_with_row_ids(target):
     kw = dict(max_new_tokens=8, block_size=4, temperature=1.0, seed=3)
     batched = _run(target, PROMPTS, "confidence", **kw)
@@ -103,7 +121,8 @@ def test_broken_acceptance_rule_is_caught(target, monkeypatch):
         forged = torch.where(same_pos, target_tokens.gather(1, parent), draft_tokens)
         return real(parents, draft_pos, forged, target_pos, target_tokens, block, **kw)
 
-    kw = dict(max_new_tokens=32, block_size=16, temperature=1.0, seed=0)
+    # every node scored: scoring only the accepted chain would leave the forged child without a commit of its own
+    kw = dict(max_new_tokens=32, block_size=16, temperature=1.0, seed=0, score_all_nodes=True)
     ref = _run(target, PROMPTS, "standard", **kw)
     assert _run(target, PROMPTS, "confidence", **kw).tokens == ref.tokens
     monkeypatch.setattr(spot_kernels, "verify_tree", accept_on_position_only)

@@ -56,7 +56,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              block_size: int = 32, temperature: float = 0.0, seed: int = 0, budget: int = 16,
              width: int = 4, branch: int = 4, drafter: Drafter | None = None, eos_id: int | None = -1,
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
-             backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None) -> GenerateOutput:
+             backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
+             score_all_nodes: bool | None = None) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
@@ -67,6 +68,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     uncounted, to find them).
     on_pass: an optional callable(block_index, step, stale) called after every pass with the commit step of
     each row before the pass and the StaleFeatures it produced (`spot collect` records trajectories with it).
+    score_all_nodes: score every tree node in one call (default on accelerators) or only the chain verification
+    can reach (default on CPU, where each scored row costs time); the tokens are the same either way.
     """
     prompts = _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget,
                           width, branch, drafter, confidence, top_k)
@@ -112,9 +115,10 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
             t_verify = time.perf_counter()
             n = tree.states.shape[1]
             masked = tree.states == target.mask_id
-            tok, conf, topk_p, topk_i, commit = spot_kernels.score(
-                logits, masked, seed, rows[:, None].expand(b, n), block_start[:, None].expand(b, n),
-                step[:, None] + tree.depth, float(temperature), confidence=confidence, top_k=k, backend=backend)
+            scorer = _score_all_nodes if (score_all_nodes if score_all_nodes is not None
+                                           else logits.device.type != "cpu") else _score_accepted_chain
+            tok, conf, topk_p, topk_i, commit = scorer(
+                logits, masked, tree, seed, rows, block_start, step, float(temperature), confidence, k, backend)
             commit_tok = torch.where(commit >= 0, tok.gather(2, commit.clamp_min(0)[..., None]).squeeze(2), -1)
             acc_pos, _, n_acc, new_block, last = spot_kernels.verify_tree(
                 tree.parents, tree.positions, tree.tokens, commit, commit_tok, block, backend=backend)
@@ -148,6 +152,50 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     stats.generated_tokens = sum(len(t) for t in tokens)
     stats.seconds = time.perf_counter() - t0
     return GenerateOutput(tokens, stats, orders)
+
+
+def _score_all_nodes(logits, masked, tree, seed, rows, block_start, step, temperature, confidence, k, backend):
+    """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation)."""
+    b, n = masked.shape[:2]
+    return spot_kernels.score(logits, masked, seed, rows[:, None].expand(b, n), block_start[:, None].expand(b, n),
+                              step[:, None] + tree.depth, temperature, confidence=confidence, top_k=k,
+                              backend=backend)
+
+
+def _score_accepted_chain(logits, masked, tree, seed, rows, block_start, step, temperature, confidence, k,
+                          backend):
+    """Only the nodes verification can reach: the root, then the child carrying each scored node's commit.
+
+    On a CPU every row costs time, and a tree's accepted chain is a few of its nodes, so this does a fraction of
+    `_score_all_nodes`' work. Nodes left unscored get commit -1 (no token, NaN confidence): their parent's commit
+    did not match them, so `verify_tree` rejects them either way, and the results equal `_score_all_nodes`' on
+    every node that matters."""
+    b, n, B = masked.shape
+    dev = logits.device
+    tok = torch.full((b, n, B), -1, dtype=torch.long, device=dev)
+    commit = torch.full((b, n), -1, dtype=torch.long, device=dev)
+    conf = topk_p = topk_i = None
+    node = torch.zeros(b, dtype=torch.long, device=dev)
+    r = torch.arange(b, device=dev)  # rows whose chain is still growing
+    while len(r):
+        at = node[r]
+        out = spot_kernels.score(logits[r, at, None], masked[r, at, None], seed, rows[r, None], block_start[r, None],
+                                 (step[r] + tree.depth[r, at])[:, None], temperature, confidence=confidence,
+                                 top_k=k, backend=backend)
+        if conf is None:
+            conf = torch.full((b, n, B), math.nan, dtype=out[1].dtype, device=dev)
+            topk_p = torch.zeros((b, n, B, k), dtype=out[2].dtype, device=dev)
+            topk_i = torch.full((b, n, B, k), -1, dtype=torch.long, device=dev)
+        tok[r, at], conf[r, at], topk_p[r, at], topk_i[r, at] = (x[:, 0] for x in out[:4])
+        c = out[4][:, 0]
+        commit[r, at] = c
+        c_tok = torch.where(c >= 0, out[0][:, 0].gather(1, c.clamp_min(0)[:, None])[:, 0], -1)
+        child = ((tree.parents[r] == at[:, None]) & (tree.positions[r] == c[:, None]) & (c[:, None] >= 0)
+                 & (tree.tokens[r] == c_tok[:, None]))
+        found = child.any(1)
+        node[r] = torch.where(found, child.to(torch.int8).argmax(1), at)
+        r = r[found]
+    return tok, conf, topk_p, topk_i, commit
 
 
 def _record_order(orders_blk: torch.Tensor, step: torch.Tensor, acc_pos: torch.Tensor, n_acc: torch.Tensor):
