@@ -280,15 +280,18 @@ def test_opcheck_with_the_triton_backend(op):
 
 # ------------------------------------------------------------------------------------------------ end to end
 
-def test_generate_with_triton_equals_reference(monkeypatch):
+@pytest.mark.parametrize("score_all_nodes", [True, False])
+def test_generate_with_triton_equals_reference(monkeypatch, score_all_nodes):
     """spot.generate on a tiny random float32 model: SPOT_BACKEND=triton gives exactly the reference's tokens, and
-    the model's mask ops run through Triton too (T = 0 is covered op by op above)."""
+    the model's mask ops run through Triton too (T = 0 is covered op by op above). Both ways of scoring a tree:
+    every node in one call (as on a GPU) and the accepted chain only (the CPU default)."""
     from spot.decode import generate
     from test_decode import PROMPTS, sharp_target
 
     target = sharp_target(dtype=torch.float32)
     target.model.to(DEVICE)
-    kw = dict(max_new_tokens=4, block_size=4, temperature=0.7, seed=3, budget=4, top_k=4, eos_id=None)
+    kw = dict(max_new_tokens=4, block_size=4, temperature=0.7, seed=3, budget=4, top_k=4, eos_id=None,
+              score_all_nodes=score_all_nodes)
     prompts = PROMPTS[:2]
     monkeypatch.setenv("SPOT_BACKEND", "reference")
     want = generate(target, prompts, "confidence", **kw)
