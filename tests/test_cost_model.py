@@ -3,8 +3,10 @@
 import pytest
 import torch
 
+import spot
 from spot.cost_model import (FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate,
-                             save_tuning, time_target_pass)
+                             save_tuning, time_target_pass, tune)
+from test_decode import PROMPTS, sharp_target
 
 
 def test_choice_maximises_commits_per_second():
@@ -40,3 +42,17 @@ def test_pass_timing_runs_on_a_tiny_target():
     target = spot.load_target("random", config=cfg)
     t = time_target_pass(target, block_size=4, nodes=3, prompt_len=8, repeats=1)
     assert 0 < t < 10 and torch.get_num_threads() >= 1
+
+
+def test_tune_measures_every_budget_and_picks_one():
+    """tune decodes each prompt alone at every budget: the root alone commits once per pass, a tree at least once."""
+    result = tune(sharp_target(), spot.ConfidenceDrafter(), PROMPTS[:2], block_size=4, budgets=(1, 4),
+                  max_new_tokens=8, log=lambda *a: None)
+    assert result["commits_per_pass"][1] == 1.0
+    assert result["commits_per_pass"][4] > 1.0  # the sharp target accepts drafted commits
+    assert set(result["pass_seconds"]) == set(result["overhead_seconds"]) == {1, 4}
+    assert all(v > 0 for v in result["pass_seconds"].values())
+    assert result["budget"] in (1, 4)
+    assert result["budget"] == choose_budget(result["commits_per_pass"], result["pass_seconds"],
+                                             result["overhead_seconds"])
+

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .decode import generate
+from .bench import decode_all
 
 BUDGETS_FILE = Path(__file__).parent / "weights" / "budgets.json"
 FALLBACK_BUDGET = 16  # when nothing was measured for this device and block size
@@ -62,15 +62,12 @@ def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16, 
     pass_seconds, commits, overhead = {}, {}, {}
     for n in budgets:
         pass_seconds[n] = time_target_pass(target, block_size, n)
-        passes, tokens, extra = 0, 0, 0.0
-        for i, prompt in enumerate(prompts):  # one at a time: a batch advances in lock-step with its slowest row
-            s = generate(target, [prompt], "spot" if n > 1 else "standard", drafter=drafter if n > 1 else None,
-                         budget=n, width=width, branch=branch, block_size=block_size, temperature=temperature,
-                         max_new_tokens=max_new_tokens, eos_id=None, rows=[i]).stats
-            passes, tokens = passes + s.target_passes, tokens + s.generated_tokens
-            extra += s.stage_seconds["draft"] + s.stage_seconds["verify"]
-        commits[n] = tokens / passes
-        overhead[n] = extra / passes
+        # one prompt at a time (batch_size 1): a batch advances in lock-step with its slowest row
+        run = decode_all(target, prompts, "spot" if n > 1 else "standard", drafter=drafter, budget=n, width=width,
+                         branch=branch, block_size=block_size, temperature=temperature,
+                         max_new_tokens=max_new_tokens, eos_id=None)
+        commits[n] = run["generated_tokens"] / run["target_passes"]
+        overhead[n] = (run["stage_seconds"]["draft"] + run["stage_seconds"]["verify"]) / run["target_passes"]
         log(f"budget {n:>3}: pass {pass_seconds[n] * 1e3:8.2f} ms  overhead {overhead[n] * 1e3:7.2f} ms  "
             f"commits/pass {commits[n]:.3f}")
     best = choose_budget(commits, pass_seconds, overhead)

@@ -96,6 +96,9 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     out = torch.empty(b, 0, dtype=torch.long, device=dev)
     finished = torch.zeros(b, dtype=torch.bool, device=dev)
     k = min(top_k, target.vocab_size)
+    if score_all_nodes is None:
+        score_all_nodes = dev.type != "cpu"
+    scorer = _score_all_nodes if score_all_nodes else _score_accepted_chain
     for blk in range(n_blocks):
         block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=dev)
         step = torch.zeros(b, dtype=torch.long, device=dev)
@@ -115,8 +118,6 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
             t_verify = time.perf_counter()
             n = tree.states.shape[1]
             masked = tree.states == target.mask_id
-            scorer = _score_all_nodes if (score_all_nodes if score_all_nodes is not None
-                                           else logits.device.type != "cpu") else _score_accepted_chain
             tok, conf, topk_p, topk_i, commit = scorer(
                 logits, masked, tree, seed, rows, block_start, step, float(temperature), confidence, k, backend)
             commit_tok = torch.where(commit >= 0, tok.gather(2, commit.clamp_min(0)[..., None]).squeeze(2), -1)

@@ -6,6 +6,7 @@ Weights are only ever read with safetensors (no pickles), and nothing is downloa
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -35,7 +36,7 @@ def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
 
 
 def save_model(model: BlockDiffusionLM, directory, name: str = "target") -> None:
-    save_weights(model, directory, name, json.loads(model.cfg.to_json()))
+    save_weights(model, directory, name, asdict(model.cfg))
 
 
 def load_model(directory, name: str = "target") -> BlockDiffusionLM:

@@ -10,16 +10,13 @@ masked in the node are eligible (`spot_kernels.select_children` masks the others
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .drafters import StaleFeatures
-from .loading import load_weights, save_weights
-
-WEIGHTS_DIR = Path(__file__).parent / "weights"
+from .loading import WEIGHTS_DIR, load_weights, save_weights
 
 
 @dataclass

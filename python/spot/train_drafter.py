@@ -134,8 +134,8 @@ def _log(line: str) -> None:
 def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, *, model_cfg=None,
                   init: OrderModel | None = None, progress: bool = True, log=None) -> dict:
     """Train one order model on every shard (each batch from one shard, drawn in proportion to its training
-    examples); `init` continues from a trained
-    model (its config wins). Returns the parameter count and the evaluation history."""
+    examples); `init` continues from a trained model (its config wins). Returns the parameter count and the
+    evaluation history."""
     log = log or _log
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)

@@ -47,7 +47,6 @@ def topk_lowest_id(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Te
         # rank: above the cut first (-1), then tied entries by index; the k smallest ranks are the wanted set
         rank = torch.where(sub > cut, -1, torch.where(sub == cut, index, n))
         sub_ids = torch.topk(rank, k, dim=-1, largest=False).indices
-        ids = ids.clone()
         ids[straddles] = sub_ids
         vals = values.gather(-1, ids)
     # descending by value, ties by lowest id: sort by id, then a stable sort by value
