@@ -2,6 +2,7 @@
 training, and exactness of method="spot" with a learned drafter (DESIGN §2.5, float64 on CPU)."""
 
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -15,7 +16,8 @@ from spot.collect import collect
 from spot.model import ModelConfig
 from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
                               save_order_model)
-from spot.train_drafter import DrafterTrainConfig, Trajectories, evaluate, example_weights, train_drafter
+from spot.train_drafter import (DrafterTrainConfig, Trajectories, evaluate, example_weights, order_loss,
+                                soft_targets, train_drafter)
 from test_decode import sharp_target
 
 SMALL = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)
@@ -286,7 +288,7 @@ def test_sample_draws_valid_training_examples():
     B = 8
     shard = synthetic_shard(16, B, seed=3, blocks_per_prompt=1)
     data = Trajectories(shard, heldout_every=2)
-    (probs, conf, stale, node, depth), labels = data.sample(300, max_depth=3, gen=torch.Generator().manual_seed(0))
+    (probs, conf, stale, node, depth), labels, node_conf = data.sample(300, max_depth=3, gen=torch.Generator().manual_seed(0))
     assert len(labels) == 300 and depth.min() >= 0 and depth.max() <= 3 and len(set(depth.tolist())) == 4
     held = set(data.heldout_blocks.tolist())
     for i in range(300):
@@ -295,6 +297,34 @@ def test_sample_draws_valid_training_examples():
         t = k + 1 + int(depth[i])
         assert t < B and labels[i] == shard["order"][b, t]
         assert int(node[i].sum()) == B - t
+        assert torch.equal(node_conf[i], shard["confidence"][b, t])  # the node's own pass, not the stale one
+
+
+def test_soft_targets_rank_the_nodes_masked_positions():
+    conf = torch.tensor([[0.9, 0.2, 0.8, float("nan"), 0.4], [0.1, 0.1, 0.7, 0.05, 0.0]])
+    node = torch.tensor([[False, True, True, False, True], [True, True, False, True, True]])
+    q = soft_targets(conf, node, temperature=0.25)
+    assert torch.allclose(q.sum(1), torch.ones(2)) and (q[~node] == 0).all()
+    assert q.argmax(1).tolist() == [2, 0]  # the most confident masked position; the unmasked 0.9 does not count
+    want = torch.tensor([0.2, 0.8, 0.4]) ** 4
+    assert torch.allclose(q[0, [1, 2, 4]], want / want.sum())
+    assert q[1, 0] == q[1, 1] and q[1, 4] == 0  # ties share; zero confidence gets nothing
+    sharper = soft_targets(conf, node, temperature=0.05)
+    assert sharper[0, 2] > q[0, 2]
+
+
+def test_order_loss_adds_the_soft_cross_entropy():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 6, generator=g).masked_fill(torch.eye(5, 6, dtype=torch.bool).flip(1), -math.inf)
+    labels = torch.tensor([0, 1, 2, 3, 4])
+    ce = F.cross_entropy(logits, labels)
+    assert torch.equal(order_loss(logits, labels), ce)
+    one_hot = F.one_hot(labels, 6).float()
+    assert torch.allclose(order_loss(logits, labels, one_hot, 0.5), 1.5 * ce)
+    soft = torch.softmax(torch.randn(5, 6, generator=g).masked_fill(logits == -math.inf, -math.inf), 1)
+    want = ce - 2.0 * (soft * torch.log_softmax(logits, 1).nan_to_num(neginf=0.0)).sum(1).mean()
+    got = order_loss(logits, labels, soft, 2.0)
+    assert torch.isfinite(got) and torch.allclose(got, want)
 
 
 def _train(shards, tmp_path, name, **kw):
@@ -326,13 +356,16 @@ def test_training_is_deterministic(tmp_path):
     assert load_order_model(tmp_path / "one").cfg == SMALL
 
 
-def test_training_learns_a_confidence_order(tmp_path):
+@pytest.mark.parametrize("soft_weight", [0.0, 1.0])
+def test_training_learns_a_confidence_order(tmp_path, soft_weight):
     """Blocks commit in descending order of a stale confidence: a few hundred tiny steps must rank held-out
-    positions far better than chance (and the confidence baseline of `evaluate` is exact on this rule)."""
+    positions far better than chance (and the confidence baseline of `evaluate` is exact on this rule), with or
+    without the soft target."""
     B = 16
     data = Trajectories(synthetic_shard(64, B, seed=6, rule="confidence", blocks_per_prompt=1), 4, "conf")
     before = evaluate(small_model(0), data, depths=(0, 2))
-    _train([data], tmp_path, "m", steps=250, batch_size=64, lr=1e-2, max_depth=3, eval_every=1000, seed=0)
+    _train([data], tmp_path, "m", steps=250, batch_size=64, lr=1e-2, max_depth=3, eval_every=1000, seed=0,
+           soft_weight=soft_weight)
     model = load_order_model(tmp_path / "m")
     after = evaluate(model, data, depths=(0, 2))
     for d in (0, 2):

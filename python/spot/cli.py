@@ -178,7 +178,8 @@ def cmd_train_drafter(a) -> int:
         raise SystemExit(f"no trajectories in {a.data}: run `spot collect` first")
     shards = [Trajectories.load(p, a.heldout_every) for p in paths]
     cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
-                             heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed)
+                             heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed,
+                             soft_weight=a.soft_weight, soft_temperature=a.soft_temperature)
     out = a.out or WEIGHTS_DIR
     init = load_order_model(a.init) if a.init else None
     result = train_drafter(shards, cfg, out, init=init, progress=not a.quiet)
@@ -255,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--heldout-every", type=int, default=8)
     d.add_argument("--eval-every", type=int, default=500)
     d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--soft-weight", type=float, default=0.0,
+                   help="weight of the node pass's confidence ranking as a soft target (0: the commit only)")
+    d.add_argument("--soft-temperature", type=float, default=0.25)
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=cmd_train_drafter)
     u = sub.add_parser("tune", help="measure the cost model and store the best tree budget for this device")

@@ -32,6 +32,11 @@ class DrafterTrainConfig:
     heldout_every: int = 8  # prompt % heldout_every == 0 -> held out
     eval_every: int = 500
     seed: int = 0
+    # Weight of the soft target: besides the committed position (one label), the node's own pass ranks every
+    # masked position by confidence; matching softmax(log confidence / soft_temperature) gives B labels' worth
+    # of signal per example (0 turns it off).
+    soft_weight: float = 0.0
+    soft_temperature: float = 0.25
 
 
 class Trajectories:
@@ -64,6 +69,11 @@ class Trajectories:
         inputs = (self.topk[blocks, k].float(), self.conf[blocks, k], self.masked[blocks, k], node_masked, d)
         return inputs, self.order[blocks, t]
 
+    def node_confidence(self, blocks, k, d):
+        """The confidences of the target's own pass on each example's node state s_{k+1+d} (its commit is their
+        argmax over the node's masked positions)."""
+        return self.conf[blocks, k + 1 + d]
+
     def sample(self, n: int, max_depth: int, gen: torch.Generator, heldout: bool = False):
         pool = self.heldout_blocks if heldout else self.train_blocks
         if len(pool) == 0:
@@ -72,7 +82,7 @@ class Trajectories:
         k = torch.randint(self.B - 1, (n,), generator=gen)  # stale step 0 .. B-2
         room = (self.B - 2 - k).clamp(max=max_depth)
         d = (torch.rand(n, generator=gen) * (room + 1)).long()
-        return self.batch(blocks, k, d)
+        return (*self.batch(blocks, k, d), self.node_confidence(blocks, k, d))
 
     def examples_at_depth(self, d: int, heldout: bool = True):
         """Every (block, k) of the split at depth d."""
@@ -88,8 +98,21 @@ def example_weights(shards: list[Trajectories]) -> torch.Tensor:
     return torch.tensor([float(len(s.train_blocks) * s.B) for s in shards])
 
 
-def order_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits, labels)
+def soft_targets(node_conf: torch.Tensor, node_masked: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(log confidence / temperature) over the node's masked positions: the target's own ranking of its
+    candidates, peaked at the committed one."""
+    score = node_conf.double().clamp_min(1e-30).log().nan_to_num(-math.inf) / temperature
+    return torch.softmax(score.masked_fill(~node_masked, -math.inf), dim=1).float()
+
+
+def order_loss(logits: torch.Tensor, labels: torch.Tensor, soft: torch.Tensor | None = None,
+               soft_weight: float = 0.0) -> torch.Tensor:
+    """Cross-entropy on the committed position, plus `soft_weight` x cross-entropy on the soft targets."""
+    loss = F.cross_entropy(logits, labels)
+    if soft is not None and soft_weight > 0:
+        logp = torch.log_softmax(logits, dim=1).masked_fill(soft == 0, 0.0)  # -inf where not masked
+        loss = loss - soft_weight * (soft * logp).sum(1).mean()
+    return loss
 
 
 @torch.no_grad()
@@ -158,8 +181,9 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
         for g in opt.param_groups:
             g["lr"] = lr
         data = shards[int(torch.multinomial(shard_weights, 1, generator=gen))]
-        inputs, labels = data.sample(cfg.batch_size, cfg.max_depth, gen)
-        loss = order_loss(model(*inputs), labels)
+        inputs, labels, node_conf = data.sample(cfg.batch_size, cfg.max_depth, gen)
+        soft = soft_targets(node_conf, inputs[3], cfg.soft_temperature) if cfg.soft_weight > 0 else None
+        loss = order_loss(model(*inputs), labels, soft, cfg.soft_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
