@@ -1,6 +1,9 @@
-"""Pass reduction against the tree's node budget, for `spot` and `confidence`, on held-out prompts.
+"""Pass reduction against the tree's node budget (and tree shape), for `spot` and `confidence`, on held-out prompts.
 
     OMP_NUM_THREADS=1 python bench/budget_curve.py --num-prompts 16 --budgets 2,4,8,16,32 --json curve.json
+    OMP_NUM_THREADS=1 python bench/budget_curve.py --budgets 16 --shapes 4x4,8x2,2x8 --methods spot
+
+A shape WxB grows the tree with `width` W frontier nodes per depth and `branch` B children per node.
 
 `standard` runs once per prompt; every other (method, budget) decodes the same prompts with the same seeds, so
 the pass ratios and the exactness check compare like with like. Wall-clock ratios are within this one run.
@@ -23,12 +26,14 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--budgets", default="2,4,8,16,32")
+    ap.add_argument("--shapes", default="4x4", help="tree shapes width x branch, comma-separated")
     ap.add_argument("--methods", default="spot,confidence", help="any of spot,confidence,oracle")
+    ap.add_argument("--drafter", default="default", help="'default' (shipped) or a drafter directory")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     target = spot.load_target(dtype=a.dtype)
-    drafter = spot.load_drafter()
+    drafter = spot.load_drafter(a.drafter)
     prompts = [target.tokenizer.encode(t) for t in held_out_prompts(a.num_prompts)]
     settings = dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature,
                     eos_id=None)
@@ -37,20 +42,23 @@ def main(argv=None) -> int:
     ref, base_passes, base_seconds = standard["tokens"], standard["target_passes"], standard["seconds"]
     rows = []
     print(f"standard: {base_passes} passes, {base_seconds:.1f} s")
+    shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
     for budget in [int(x) for x in a.budgets.split(",")]:
-        for method in a.methods.split(","):
-            run = decode_all(target, prompts, method, budget=budget, drafter=drafter,
-                             standard_orders=standard["orders"], **settings)
-            tokens, passes, seconds = run["tokens"], run["target_passes"], run["seconds"]
-            rows.append({"method": method, "budget": budget, "target_passes": passes,
-                         "pass_reduction_vs_standard": base_passes / passes,
-                         "speedup_vs_standard": base_seconds / seconds, "exact_match_vs_standard": tokens == ref})
-            r = rows[-1]
-            print(f"{method:<10} budget {budget:>3}: {passes:>6} passes  reduction {r['pass_reduction_vs_standard']:.2f}x"
-                  f"  wall speedup {r['speedup_vs_standard']:.2f}x  exact {r['exact_match_vs_standard']}", flush=True)
+        for width, branch in shapes:
+            for method in a.methods.split(","):
+                run = decode_all(target, prompts, method, budget=budget, width=width, branch=branch, drafter=drafter,
+                                 standard_orders=standard["orders"], **settings)
+                tokens, passes, seconds = run["tokens"], run["target_passes"], run["seconds"]
+                rows.append({"method": method, "budget": budget, "width": width, "branch": branch,
+                             "target_passes": passes, "pass_reduction_vs_standard": base_passes / passes,
+                             "speedup_vs_standard": base_seconds / seconds, "exact_match_vs_standard": tokens == ref})
+                r = rows[-1]
+                print(f"{method:<10} budget {budget:>3} shape {width}x{branch}: {passes:>6} passes  reduction "
+                      f"{r['pass_reduction_vs_standard']:.2f}x  wall speedup {r['speedup_vs_standard']:.2f}x  "
+                      f"exact {r['exact_match_vs_standard']}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"settings": {**settings, "num_prompts": len(prompts), "dtype": a.dtype},
+            json.dump({"settings": {**settings, "num_prompts": len(prompts), "dtype": a.dtype, "drafter": a.drafter},
                        "standard_passes": base_passes, "standard_seconds": base_seconds, "runs": rows}, f, indent=1)
     return 0
 
