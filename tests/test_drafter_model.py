@@ -14,8 +14,10 @@ from safetensors.torch import load_file
 import spot
 from spot.collect import collect
 from spot.model import ModelConfig
+import spot_kernels
 from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
-                              save_order_model)
+                              resampled_confidence, save_order_model, with_resampled_inputs)
+from spot.target import Session, Target
 from spot.train_drafter import (DrafterTrainConfig, Trajectories, evaluate, example_weights, order_loss,
                                 soft_targets, train_drafter)
 from test_decode import sharp_target
@@ -225,6 +227,7 @@ def synthetic_shard(n, B, K=32, seed=0, rule="random", blocks_per_prompt=2):
         "order": order.to(torch.int8),
         "prompt": (torch.arange(n) // blocks_per_prompt).int(),
         "block_index": (torch.arange(n) % blocks_per_prompt).int(),
+        "block_start": (torch.arange(n) % blocks_per_prompt) * B + 3,
     }
 
 
@@ -249,7 +252,8 @@ def test_trajectories_batch_labels_and_split():
     blocks = torch.tensor([0, 3, 5, 5, 11, 2])
     k = torch.tensor([0, 2, 6, 0, 3, 1])
     d = torch.tensor([0, 1, 0, 6, 2, 0])
-    (probs, conf, stale, node, depth), labels = data.batch(blocks, k, d)
+    (probs, conf, stale, node, depth, resampled), labels = data.batch(blocks, k, d)
+    assert torch.equal(resampled, probs[..., 0])  # T = 0: the stale top-1 probability
     assert probs.dtype == torch.float32 and torch.equal(probs, shard["topk_probs"][blocks, k].float())
     assert torch.equal(conf, shard["confidence"][blocks, k]) and torch.equal(stale, shard["masked"][blocks, k])
     assert torch.equal(depth, d)
@@ -268,7 +272,7 @@ def test_examples_at_depth_enumerates_heldout():
     data = Trajectories(shard, heldout_every=4)  # prompts 0, 4, 8 held out
     order = shard["order"].long()
     for d in range(B + 1):
-        (probs, conf, stale, node, depth), labels = data.examples_at_depth(d)
+        (probs, conf, stale, node, depth, _), labels = data.examples_at_depth(d)
         want = [(b, k) for b in (0, 4, 8) for k in range(B) if k + 1 + d < B]
         assert len(labels) == len(want) and len(conf) == len(want)
         assert (depth == d).all()
@@ -288,7 +292,7 @@ def test_sample_draws_valid_training_examples():
     B = 8
     shard = synthetic_shard(16, B, seed=3, blocks_per_prompt=1)
     data = Trajectories(shard, heldout_every=2)
-    (probs, conf, stale, node, depth), labels, node_conf = data.sample(300, max_depth=3, gen=torch.Generator().manual_seed(0))
+    (probs, conf, stale, node, depth, _), labels, node_conf = data.sample(300, max_depth=3, gen=torch.Generator().manual_seed(0))
     assert len(labels) == 300 and depth.min() >= 0 and depth.max() <= 3 and len(set(depth.tolist())) == 4
     held = set(data.heldout_blocks.tolist())
     for i in range(300):
@@ -407,11 +411,13 @@ def test_collect_shards(tmp_path):
         shapes = {"topk_probs": ((n, B, B, K), torch.float16), "topk_ids": ((n, B, B, K), torch.int16),
                   "tokens": ((n, B, B), torch.int16), "confidence": ((n, B, B), torch.float32),
                   "masked": ((n, B, B), torch.bool), "order": ((n, B), torch.int8),
-                  "prompt": ((n,), torch.int32), "block_index": ((n,), torch.int32)}
+                  "prompt": ((n,), torch.int32), "block_index": ((n,), torch.int32),
+                  "block_start": ((n,), torch.int64)}
         assert set(s) == set(shapes)
         for k, (shape, dtype) in shapes.items():
             assert tuple(s[k].shape) == shape and s[k].dtype == dtype, k
         assert s["prompt"].tolist() == [0, 0, 1, 1, 2, 2] and s["block_index"].tolist() == [0, 1] * 3
+        assert s["block_start"].tolist() == [len(p) + B * i for p in COLLECT_PROMPTS for i in (0, 1)]
         ref = spot.generate(target, COLLECT_PROMPTS, "standard", max_new_tokens=8, block_size=B, temperature=T,
                             seed=3, eos_id=None, top_k=K, rows=[0, 1, 2])
         assert torch.equal(s["order"].long(), ref.orders.flatten(0, 1))
@@ -431,7 +437,7 @@ def test_collect_shards(tmp_path):
                 assert all(s["topk_ids"][b, k, order[b, k], 0] == generated[order[b, k]] for k in range(B))
         data = Trajectories.load(path, heldout_every=2)
         assert data.heldout_blocks.tolist() == [0, 1, 4, 5] and data.name == path.stem
-        (_, _, stale, node, _), labels = data.examples_at_depth(0)
+        (_, _, stale, node, _, _), labels = data.examples_at_depth(0)
         assert torch.equal(labels, torch.stack([order[b, 1:] for b in (0, 1, 4, 5)]).flatten())
     # deterministic: a second collection writes the same tensors
     again = _collect(target, tmp_path / "b")
@@ -446,7 +452,149 @@ def test_collect_rejects_large_vocabularies(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# 7. Exactness of method="spot" with a learned drafter
+# 7. The resampled feature: the stale top-K re-sampled with the node step's coupled noise
+
+
+class StateBlindTarget(Target):
+    """Logits depend only on (sequence, absolute position), never on the block state: the stale top-K are the
+    current ones, so the target's next commit at a node IS the argmax of resampled_confidence at that node's step
+    (V <= K, so the top-K hold the whole vocabulary)."""
+
+    def __init__(self, vocab=24, seed=0):
+        self.vocab_size, self.mask_id, self.eos_id, self.device = vocab, vocab - 1, None, torch.device("cpu")
+        self.table = torch.randn(4, 128, vocab, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+
+    def start(self, prompts, max_new_tokens, block_size):
+        return _BlindSession(self, prompts)
+
+
+class _BlindSession(Session):
+    def __init__(self, target, prompts):
+        self.target, self.batch, self.passes = target, len(prompts), 0
+        self._start = torch.tensor([len(p) for p in prompts])
+
+    @property
+    def block_start(self):
+        return self._start.clone()
+
+    def score(self, nodes):
+        self.passes += 1
+        b, n, B = nodes.shape
+        logits = self.target.table[torch.arange(b)[:, None], self._start[:, None] + torch.arange(B)]
+        return logits[:, None].expand(b, n, B, -1).clone()
+
+    def append(self, block):
+        self._start += block.shape[1]
+
+
+class ResampledOrder(torch.nn.Module):
+    """A stand-in order model that drafts by the resampled confidence alone: exact on a StateBlindTarget."""
+
+    def __init__(self):
+        super().__init__()
+        self.cfg = OrderModelConfig(resampled=True)
+        self.head = torch.nn.Linear(1, 1)
+
+    def forward(self, probs, conf, stale_masked, node_masked, depth, resampled=None):
+        return resampled.float().log().masked_fill(~node_masked, float("-inf"))
+
+
+def test_resampled_confidence_is_the_gumbel_max_of_the_stale_top_k():
+    """Against the noise op directly: per position, argmax of log p + g(seed, row, block_start + j, step, id)."""
+    g = torch.Generator().manual_seed(0)
+    n, B, K = 3, 6, 5
+    probs = torch.softmax(torch.randn(n, B, K, generator=g, dtype=torch.float64), -1).sort(-1, descending=True).values
+    ids = torch.stack([torch.stack([torch.randperm(50, generator=g)[:K] for _ in range(B)]) for _ in range(n)])
+    ids[0, 1, 3:] = -1  # padding never wins
+    probs[0, 1, 3:] = 0
+    rows, start, steps = torch.tensor([0, 4, 2]), torch.tensor([7, 0, 19]), torch.tensor([1, 5, 3])
+    for T in (0.7, 1.0):
+        got = resampled_confidence(probs, ids, 11, rows, start, steps, T)
+        for i in range(n):
+            for j in range(B):
+                ok = ids[i, j] >= 0
+                u = spot_kernels.noise_uniform(11, rows[i].expand(K), (start[i] + j).expand(K), steps[i].expand(K),
+                                               ids[i, j].clamp_min(0)).double()
+                key = torch.where(ok, probs[i, j].log() - (-u.log()).log(), -math.inf)
+                assert got[i, j] == probs[i, j, key.argmax()]
+    assert torch.equal(resampled_confidence(probs, ids, 11, rows, start, steps, 0.0), probs[..., 0])
+    other = resampled_confidence(probs, ids, 11, rows, start, steps + 1, 1.0)
+    assert not torch.equal(other, resampled_confidence(probs, ids, 11, rows, start, steps, 1.0))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_trajectories_resample_at_the_nodes_step(tmp_path, temperature):
+    """Training side: on a state-blind target the feature's argmax over the node's masked positions is the label
+    at every depth (an off-by-one step would make it wrong most of the time at T > 0)."""
+    target = StateBlindTarget()
+    path, = collect(target, [[1, 2, 3], [4] * 5, [6, 7], [8] * 9], tmp_path, block_sizes=(8,),
+                    temperatures=(temperature,), max_new_tokens=16, batch_size=3, seed=5, progress=False)
+    data = Trajectories.load(path, heldout_every=2)
+    assert data.temperature == temperature and data.seed == 5
+    for d in range(4):
+        (_, _, _, node, _, resampled), labels = data.examples_at_depth(d)
+        assert torch.equal(resampled.masked_fill(~node, -1).argmax(1), labels), d
+
+
+def test_trajectories_without_noise_coordinates_give_no_resampled_feature():
+    shard = synthetic_shard(4, 8)
+    del shard["block_start"]
+    (*_, resampled), _ = Trajectories(shard, 2, temperature=1.0).examples_at_depth(0)
+    assert resampled is None
+    (*_, resampled), _ = Trajectories(shard, 2, temperature=0.0).examples_at_depth(0)
+    assert resampled is not None
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_decoder_resamples_at_the_nodes_step(temperature):
+    """Decoder side: a drafter ranking by the resampled feature is as good as the true order on a state-blind
+    target (same passes as `oracle`), and exact; shifting the step it reads by one costs passes."""
+    target = StateBlindTarget(seed=1)
+    prompts = [[1, 2, 3], [4] * 5]
+    kw = dict(max_new_tokens=16, block_size=8, temperature=temperature, seed=3, eos_id=None, budget=5, width=1,
+              branch=1)
+    ref = spot.generate(target, prompts, "standard", **kw)
+    oracle = spot.generate(target, prompts, "oracle", **kw)
+    drafter = LearnedDrafter(ResampledOrder())
+    out = spot.generate(target, prompts, "spot", drafter=drafter, **kw)
+    assert out.tokens == ref.tokens and out.stats.target_passes == oracle.stats.target_passes < ref.stats.target_passes
+
+    class OffByOne(ResampledOrder):
+        def forward(self, probs, conf, stale_masked, node_masked, depth, resampled=None):
+            return super().forward(probs, conf, stale_masked, node_masked, depth, shifted.pop(0))
+
+    shifted = []
+    real = spot.order_model.resampled_confidence
+
+    def capture(probs, ids, seed, rows, start, steps, T, backend="auto"):
+        shifted.append(real(probs, ids, seed, rows, start, steps + 1, T))
+        return real(probs, ids, seed, rows, start, steps, T)
+
+    import unittest.mock
+    with unittest.mock.patch.object(spot.order_model, "resampled_confidence", capture):
+        off = spot.generate(target, prompts, "spot", drafter=LearnedDrafter(OffByOne()), **kw)
+    assert off.tokens == ref.tokens and off.stats.target_passes > oracle.stats.target_passes
+
+
+def test_widening_a_drafter_keeps_its_outputs():
+    model = small_model(3)
+    wide = with_resampled_inputs(model)
+    assert wide.cfg.resampled and wide.cfg.n_features == model.cfg.n_features + 2
+    inputs = random_inputs(5, 16, seed=2)
+    resampled = torch.rand(5, 16)
+    with torch.no_grad():
+        assert torch.equal(wide(*inputs, resampled), model(*inputs))
+        with pytest.raises(ValueError, match="resampled"):
+            wide(*inputs)
+    stale = spot.StaleFeatures(topk_probs=inputs[0], topk_ids=torch.zeros(5, 16, 32, dtype=torch.long),
+                               tokens=torch.zeros(5, 16, dtype=torch.long), confidence=inputs[1], masked=inputs[2],
+                               block_start=torch.zeros(5, dtype=torch.long), block_index=0)
+    with pytest.raises(ValueError, match="noise"):
+        LearnedDrafter(wide).position_logits(stale, inputs[3], torch.arange(5), inputs[4])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# 8. Exactness of method="spot" with a learned drafter
 
 
 @pytest.fixture(scope="module")

@@ -168,7 +168,7 @@ def cmd_collect(a) -> int:
 def cmd_train_drafter(a) -> int:
     import glob
 
-    from .order_model import WEIGHTS_DIR, load_order_model
+    from .order_model import WEIGHTS_DIR, OrderModelConfig, load_order_model, with_resampled_inputs
     from .train_drafter import DrafterTrainConfig, Trajectories, train_drafter
 
     paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
@@ -182,7 +182,10 @@ def cmd_train_drafter(a) -> int:
                              soft_weight=a.soft_weight, soft_temperature=a.soft_temperature)
     out = a.out or WEIGHTS_DIR
     init = load_order_model(a.init) if a.init else None
-    result = train_drafter(shards, cfg, out, init=init, progress=not a.quiet)
+    if init is not None and a.resampled:
+        init = with_resampled_inputs(init)
+    result = train_drafter(shards, cfg, out, init=init, model_cfg=OrderModelConfig(resampled=a.resampled),
+                           progress=not a.quiet)
     print(f"trained {cfg.steps} steps, {result['parameters']} parameters; wrote {out}")
     return 0
 
@@ -259,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--soft-weight", type=float, default=0.0,
                    help="weight of the node pass's confidence ranking as a soft target (0: the commit only)")
     d.add_argument("--soft-temperature", type=float, default=0.25)
+    d.add_argument("--resampled", action="store_true",
+                   help="the drafter also reads each position's stale top-K re-sampled with the node step's noise "
+                        "(with --init: widens that drafter's inputs)")
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=cmd_train_drafter)
     u = sub.add_parser("tune", help="measure the cost model and store the best tree budget for this device")

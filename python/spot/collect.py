@@ -9,7 +9,9 @@ tree depth d, and these trajectories are its exact training distribution.
 One shard per (block size, temperature): safetensors with
   topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K], tokens int16 [blocks, B, B],
   confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int8 [blocks, B] (positions in commit
-  order), prompt int32 [blocks] (index of the prompt), block_index int32 [blocks].
+  order), prompt int32 [blocks] (index of the prompt = its noise row), block_index int32 [blocks], block_start
+  int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
+  the coupled noise, DESIGN §2.3).
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ class TrajectoryRecorder:
     def __init__(self, batch: int, block_size: int):
         self.batch, self.B = batch, block_size
         self.blocks: dict[int, list] = {}
+        self.starts: dict[int, torch.Tensor] = {}
 
     def __call__(self, blk, step, stale):
         if not bool((step == step[0]).all()):
             raise RuntimeError("trajectories need lock-step standard decoding")
         self.blocks.setdefault(blk, []).append(stale)
+        self.starts[blk] = stale.block_start
 
     def tensors(self, orders: torch.Tensor, first_prompt: int) -> dict[str, torch.Tensor]:
         """Stack complete blocks: [batch * blocks, B steps, B, ...]."""
@@ -53,6 +57,7 @@ class TrajectoryRecorder:
             "order": orders[:, done].flatten(0, 1).to(torch.int8).cpu(),
             "prompt": (first_prompt + torch.arange(b, dtype=torch.int32)).repeat_interleave(len(done)),
             "block_index": torch.tensor(done, dtype=torch.int32).repeat(b),
+            "block_start": torch.stack([self.starts[blk] for blk in done], 1).flatten().to(torch.int64).cpu(),
         }
 
 

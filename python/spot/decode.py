@@ -135,7 +135,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                 tokens=tok.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
                 confidence=conf.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
                 masked=masked.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
-                block_start=block_start, block_index=blk, confidence_kind=confidence)
+                block_start=block_start, block_index=blk, confidence_kind=confidence,
+                noise=(seed, rows, step, float(temperature)))
             if on_pass is not None:
                 on_pass(blk, step - n_acc, stale)
             t_end = time.perf_counter()

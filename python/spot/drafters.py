@@ -26,6 +26,9 @@ class StaleFeatures:
     block_start: torch.Tensor  # [batch] int64, absolute position of block position 0
     block_index: int  # which block of the generation (0-based)
     confidence_kind: str = "prob"
+    # (seed, rows [batch], root_step [batch], temperature): the coupled noise of the tree grown from this pass; a
+    # node at depth d below the root commits with step root_step + d. None when unknown.
+    noise: tuple | None = None
 
 
 @runtime_checkable

@@ -3,17 +3,22 @@
 A 3-layer, d_model 128, 8-head bidirectional transformer over the B positions of a block (B <= 64). Each position
 reads the target's stale outputs from its previous pass (the top-32 probabilities, the confidence of the sampled
 token, whether the position was masked then) and the draft node's state (masked now, committed along the draft
-path, where the leftmost masked position is, the tree depth). It returns one logit per position; only positions
-masked in the node are eligible (`spot_kernels.select_children` masks the others out).
+path, where the leftmost masked position is, the tree depth). With `resampled=True` it also reads, per position,
+the stale probability of the token that position would get if committed at the node's own step: at T > 0 the
+target's commit depends on that step's coupled noise (DESIGN §2.3), which is known in advance. It returns one
+logit per position; only positions masked in the node are eligible (`spot_kernels.select_children` masks the
+others out).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+import spot_kernels
 
 from .drafters import StaleFeatures
 from .loading import WEIGHTS_DIR, load_weights, save_weights
@@ -28,14 +33,32 @@ class OrderModelConfig:
     top_k: int = 32  # stale top-K probabilities read per position
     max_block: int = 64
     max_depth: int = 16  # deeper nodes share the last depth embedding
+    resampled: bool = False  # also read resampled_confidence at the node's step
 
     @property
     def n_features(self) -> int:
-        return 2 * self.top_k + 6
+        return 2 * self.top_k + 6 + 2 * self.resampled
 
 
-def order_features(topk_probs, confidence, stale_masked, node_masked, k: int) -> torch.Tensor:
-    """Per-position input features [N, B, 2k + 6] (float32). All inputs [N, B, ...]."""
+def resampled_confidence(topk_probs, topk_ids, seed: int, rows, block_start, steps, temperature: float,
+                         backend: str = "auto") -> torch.Tensor:
+    """[N, B]: at every position, the stale probability of the token committed there at noise step `steps` [N]:
+    the Gumbel-max over the stale top-K with that step's coupled noise, i.e. the very token
+    `spot_kernels.select_children` gives a drafted child there. T = 0: the stale top-1 probability.
+    topk_probs [N, B, K] float32/64, topk_ids [N, B, K] int64 (-1 padding), rows/block_start/steps [N] int64."""
+    if temperature == 0:
+        return topk_probs[..., 0]
+    n, B, _ = topk_probs.shape
+    every = torch.ones(n, B, dtype=torch.bool, device=topk_probs.device)
+    in_order = -torch.arange(B, dtype=topk_probs.dtype, device=topk_probs.device).expand(n, B)  # child i = position i
+    tokens = spot_kernels.select_children(in_order, every, topk_probs.new_zeros(n), topk_probs, topk_ids, seed, rows,
+                                          block_start, steps, temperature, B, backend=backend).child_tokens
+    hit = (topk_ids == tokens[..., None]) & (tokens >= 0)[..., None]
+    return (topk_probs * hit).sum(-1)
+
+
+def order_features(topk_probs, confidence, stale_masked, node_masked, k: int, resampled=None) -> torch.Tensor:
+    """Per-position input features [N, B, 2k + 6 (+ 2 with `resampled`)] (float32). All inputs [N, B, ...]."""
     p = topk_probs[..., :k].float().nan_to_num(0.0).clamp(0, 1)
     if p.shape[-1] < k:  # a vocabulary smaller than k
         p = F.pad(p, (0, k - p.shape[-1]))
@@ -45,6 +68,9 @@ def order_features(topk_probs, confidence, stale_masked, node_masked, k: int) ->
     cols = [p, p.clamp_min(1e-6).log() / 14.0, conf[..., None], conf.clamp_min(1e-6).log()[..., None] / 14.0,
             stale_masked.float()[..., None], node_masked.float()[..., None], just_committed.float()[..., None],
             frac_masked[..., None]]
+    if resampled is not None:
+        r = resampled.float().nan_to_num(0.0).clamp(0, 1)
+        cols += [r[..., None], r.clamp_min(1e-6).log()[..., None] / 14.0]
     return torch.cat(cols, -1)
 
 
@@ -78,13 +104,18 @@ class OrderModel(nn.Module):
         self.norm = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, 1)
 
-    def forward(self, topk_probs, confidence, stale_masked, node_masked, depth) -> torch.Tensor:
-        """topk_probs [N, B, >=K]; confidence [N, B]; stale_masked, node_masked bool [N, B]; depth int64 [N]
+    def forward(self, topk_probs, confidence, stale_masked, node_masked, depth, resampled=None) -> torch.Tensor:
+        """topk_probs [N, B, >=K]; confidence [N, B]; stale_masked, node_masked bool [N, B]; depth int64 [N];
+        resampled [N, B] (`resampled_confidence` at each node's step; read only when cfg.resampled)
         -> logits [N, B] (float32; -inf where the node is not masked)."""
         n, B = node_masked.shape
         if B > self.cfg.max_block:
             raise ValueError(f"block size {B} exceeds the drafter's max_block {self.cfg.max_block}")
-        x = self.inp(order_features(topk_probs, confidence, stale_masked, node_masked, self.cfg.top_k))
+        if self.cfg.resampled and resampled is None:
+            raise ValueError("this order model reads `resampled` (resampled_confidence at the node's step)")
+        feats = order_features(topk_probs, confidence, stale_masked, node_masked, self.cfg.top_k,
+                               resampled if self.cfg.resampled else None)
+        x = self.inp(feats)
         j = torch.arange(B, device=x.device)
         first = torch.where(node_masked.any(1), node_masked.to(torch.int8).argmax(1), B)
         rel = (j[None] - first[:, None]).clamp(-self.cfg.max_block, self.cfg.max_block - 1) + self.cfg.max_block
@@ -108,9 +139,31 @@ class LearnedDrafter:
     @torch.no_grad()
     def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
         dev = self.device
-        logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
-                            stale.masked[node_row].to(dev), node_masked.to(dev), depth.to(dev))
+        probs = stale.topk_probs[node_row].to(dev)
+        resampled = None
+        if self.model.cfg.resampled:
+            if stale.noise is None:
+                raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
+            seed, rows, root_step, temperature = stale.noise
+            resampled = resampled_confidence(probs, stale.topk_ids[node_row].to(dev), seed, rows[node_row].to(dev),
+                                             stale.block_start[node_row].to(dev),
+                                             (root_step[node_row] + depth).to(dev), temperature)
+        logits = self.model(probs, stale.confidence[node_row].to(dev), stale.masked[node_row].to(dev),
+                            node_masked.to(dev), depth.to(dev), resampled)
         return logits.to(node_masked.device)
+
+
+def with_resampled_inputs(model: OrderModel) -> OrderModel:
+    """A copy of `model` that also reads `resampled`, computing exactly what `model` computes until trained (the
+    new input columns start at zero weight)."""
+    if model.cfg.resampled:
+        return model
+    wide = OrderModel(replace(model.cfg, resampled=True))
+    state = dict(model.state_dict())
+    w = state["inp.weight"]
+    state["inp.weight"] = torch.cat([w, w.new_zeros(w.shape[0], wide.cfg.n_features - w.shape[1])], 1)
+    wide.load_state_dict(state)
+    return wide.train(model.training)
 
 
 def save_order_model(model: OrderModel, directory, name: str = "drafter", extra: dict | None = None) -> None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from tqdm import tqdm
 
-from .order_model import OrderModel, OrderModelConfig, save_order_model
+from .order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
 
 
 @dataclass
@@ -40,11 +40,17 @@ class DrafterTrainConfig:
 
 
 class Trajectories:
-    """The blocks of one shard (one block size), split by prompt into train and held-out."""
+    """The blocks of one shard (one block size), split by prompt into train and held-out. `temperature` and `seed`
+    are those of the collecting run (the shard's metadata): with the stored top-K ids, prompt (= noise row) and
+    block start they give every example's `resampled_confidence`."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor], heldout_every: int, name: str = ""):
-        self.name = name
+    def __init__(self, tensors: dict[str, torch.Tensor], heldout_every: int, name: str = "", *,
+                 temperature: float = 0.0, seed: int = 0):
+        self.name, self.temperature, self.seed = name, temperature, seed
         self.topk = tensors["topk_probs"]
+        self.topk_ids = tensors.get("topk_ids")
+        self.block_start = tensors.get("block_start")  # absent in shards collected before it was recorded
+        self.prompt = tensors["prompt"].long()
         self.conf = tensors["confidence"]
         self.masked = tensors["masked"]
         self.order = tensors["order"].long()
@@ -52,22 +58,37 @@ class Trajectories:
         n = self.order.shape[0]
         # rank[b, j] = the step at which position j is committed in block b
         self.rank = torch.empty_like(self.order).scatter_(1, self.order, torch.arange(self.B).expand(n, -1))
-        held = tensors["prompt"].long() % heldout_every == 0
+        held = self.prompt % heldout_every == 0
         self.train_blocks = torch.nonzero(~held).squeeze(1)
         self.heldout_blocks = torch.nonzero(held).squeeze(1)
 
     @classmethod
     def load(cls, path, heldout_every: int) -> "Trajectories":
+        names = ("topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start")
         with safe_open(str(path), "pt") as f:
-            tensors = {k: f.get_tensor(k) for k in ("topk_probs", "confidence", "masked", "order", "prompt")}
-        return cls(tensors, heldout_every, Path(path).stem)
+            tensors = {k: f.get_tensor(k) for k in names if k in f.keys()}
+            meta = f.metadata() or {}
+        return cls(tensors, heldout_every, Path(path).stem, temperature=float(meta.get("temperature", 0)),
+                   seed=int(meta.get("seed", 0)))
 
     def batch(self, blocks, k, d):
-        """Model inputs and labels for examples (block, stale step k, depth d); k + 1 + d < B."""
+        """Model inputs (probs, conf, stale masked, node masked, depth, resampled) and labels for examples
+        (block, stale step k, depth d); k + 1 + d < B. `resampled` is None when a T > 0 shard lacks the noise
+        coordinates."""
         t = k + 1 + d
         node_masked = self.rank[blocks] >= t[:, None]
-        inputs = (self.topk[blocks, k].float(), self.conf[blocks, k], self.masked[blocks, k], node_masked, d)
+        probs = self.topk[blocks, k].float()
+        inputs = (probs, self.conf[blocks, k], self.masked[blocks, k], node_masked, d, self._resampled(probs, blocks, k, t))
         return inputs, self.order[blocks, t]
+
+    def _resampled(self, probs, blocks, k, t):
+        """resampled_confidence at the node's step t (the drafter's root is s_{k+1}, so depth d = step k+1+d)."""
+        if self.temperature == 0:
+            return probs[..., 0]
+        if self.topk_ids is None or self.block_start is None:
+            return None
+        return resampled_confidence(probs, self.topk_ids[blocks, k].long(), self.seed, self.prompt[blocks],
+                                    self.block_start[blocks], t, self.temperature, backend="reference")
 
     def node_confidence(self, blocks, k, d):
         """The confidences of the target's own pass on each example's node state s_{k+1+d} (its commit is their
@@ -127,7 +148,7 @@ def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: 
             continue
         hits = torch.zeros(4)
         for s in range(0, len(labels), chunk):
-            x = tuple(t[s:s + chunk] for t in inputs)
+            x = tuple(None if t is None else t[s:s + chunk] for t in inputs)
             y = labels[s:s + chunk, None]
             logits = model(*x)
             conf = x[1].double().nan_to_num(-math.inf).masked_fill(~x[3], -math.inf)
