@@ -534,13 +534,18 @@ def test_trajectories_resample_at_the_nodes_step(tmp_path, temperature):
     for d in range(4):
         (_, _, _, node, _, resampled), labels = data.examples_at_depth(d)
         assert torch.equal(resampled.masked_fill(~node, -1).argmax(1), labels), d
+    ev = evaluate(small_model(), data, depths=(0, 3))
+    assert ev[0]["resampled_top1"] == ev[3]["resampled_top1"] == 1.0
+    if temperature > 0:  # the stale confidences carry the stale step's noise: a worse ordering
+        assert ev[3]["confidence_top1"] < 0.9
 
 
 def test_trajectories_without_noise_coordinates_give_no_resampled_feature():
     shard = synthetic_shard(4, 8)
     del shard["block_start"]
-    (*_, resampled), _ = Trajectories(shard, 2, temperature=1.0).examples_at_depth(0)
-    assert resampled is None
+    data = Trajectories(shard, 2, temperature=1.0)
+    (*_, resampled), _ = data.examples_at_depth(0)
+    assert resampled is None and "resampled_top1" not in evaluate(small_model(), data, depths=(0,))[0]
     (*_, resampled), _ = Trajectories(shard, 2, temperature=0.0).examples_at_depth(0)
     assert resampled is not None
 

@@ -138,7 +138,8 @@ def order_loss(logits: torch.Tensor, labels: torch.Tensor, soft: torch.Tensor | 
 
 @torch.no_grad()
 def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: int = 4096) -> dict:
-    """Held-out top-1/top-4 accuracy of the drafter and top-1/top-4 of the stale-confidence ordering, per depth."""
+    """Held-out top-1/top-4 accuracy of the drafter, and of two orderings without a model: the stale confidence
+    (what `confidence` drafts) and, where the shard has it, the resampled confidence at the node's step; per depth."""
     was_training = model.training
     model.eval()
     out = {}
@@ -146,19 +147,20 @@ def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: 
         inputs, labels = data.examples_at_depth(d)
         if len(labels) == 0:
             continue
-        hits = torch.zeros(4)
+        names = ("", "confidence_", "resampled_") if inputs[5] is not None else ("", "confidence_")
+        hits = torch.zeros(len(names), 2)
         for s in range(0, len(labels), chunk):
             x = tuple(None if t is None else t[s:s + chunk] for t in inputs)
             y = labels[s:s + chunk, None]
-            logits = model(*x)
-            conf = x[1].double().nan_to_num(-math.inf).masked_fill(~x[3], -math.inf)
-            for i, scores in enumerate((logits, conf)):
+            orderings = [model(*x)] + [f.double().nan_to_num(-math.inf).masked_fill(~x[3], -math.inf)
+                                       for f in (x[1], x[5])[:len(names) - 1]]
+            for i, scores in enumerate(orderings):
                 top = _topk_lowest(scores, min(4, scores.shape[1]))
-                hits[2 * i] += (top[:, :1] == y).any(1).sum()
-                hits[2 * i + 1] += (top == y).any(1).sum()
+                hits[i, 0] += (top[:, :1] == y).any(1).sum()
+                hits[i, 1] += (top == y).any(1).sum()
         n = len(labels)
-        out[d] = {"top1": hits[0].item() / n, "top4": hits[1].item() / n, "confidence_top1": hits[2].item() / n,
-                  "confidence_top4": hits[3].item() / n, "examples": n}
+        out[d] = {f"{name}top{k}": hits[i, j].item() / n for i, name in enumerate(names) for j, k in enumerate((1, 4))}
+        out[d]["examples"] = n
     model.train(was_training)
     return out
 
@@ -217,7 +219,8 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
             for name, ev in evals.items():
                 log(f"step {step + 1} {name}: " + "  ".join(
                     f"d{d} top1 {e['top1']:.3f} top4 {e['top4']:.3f} (conf {e['confidence_top1']:.3f}/"
-                    f"{e['confidence_top4']:.3f})" for d, e in ev.items()))
+                    f"{e['confidence_top4']:.3f}" + (f", resampled {e['resampled_top1']:.3f}/{e['resampled_top4']:.3f}"
+                                                    if "resampled_top1" in e else "") + ")" for d, e in ev.items()))
     save_order_model(model.eval(), out_dir, extra={"train": asdict(cfg), "parameters": params,
                                                    "history": history})
     return {"parameters": params, "history": history}
