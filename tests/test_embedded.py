@@ -52,7 +52,8 @@ def test_shipped_drafter_loads():
     assert isinstance(drafter, spot.LearnedDrafter) and isinstance(drafter, spot.Drafter)
     cfg = drafter.model.cfg
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads) == (3, 128, 8)
-    assert sum(p.numel() for p in drafter.model.parameters()) == 630_913
+    assert cfg.resampled  # reads the coupled noise of each node's step
+    assert sum(p.numel() for p in drafter.model.parameters()) == 631_169
 
 
 @pytest.mark.parametrize("dtype,block_size,temperature", [("float64", 16, 1.0), ("float64", 32, 0.0),
