@@ -294,7 +294,8 @@ def test_sample_draws_valid_training_examples():
     B = 8
     shard = synthetic_shard(16, B, seed=3, blocks_per_prompt=1)
     data = Trajectories(shard, heldout_every=2)
-    (probs, conf, stale, node, depth, _), labels, node_conf = data.sample(300, max_depth=3, gen=torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    (probs, conf, stale, node, depth, _), labels, node_conf = data.sample(300, max_depth=3, gen=gen)
     assert len(labels) == 300 and depth.min() >= 0 and depth.max() <= 3 and len(set(depth.tolist())) == 4
     held = set(data.heldout_blocks.tolist())
     for i in range(300):

@@ -78,7 +78,8 @@ class Trajectories:
         t = k + 1 + d
         node_masked = self.rank[blocks] >= t[:, None]
         probs = self.topk[blocks, k].float()
-        inputs = (probs, self.conf[blocks, k], self.masked[blocks, k], node_masked, d, self._resampled(probs, blocks, k, t))
+        resampled = self._resampled(probs, blocks, k, t)
+        inputs = (probs, self.conf[blocks, k], self.masked[blocks, k], node_masked, d, resampled)
         return inputs, self.order[blocks, t]
 
     def _resampled(self, probs, blocks, k, t):
