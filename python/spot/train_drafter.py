@@ -64,12 +64,14 @@ class Trajectories:
 
     @classmethod
     def load(cls, path, heldout_every: int) -> "Trajectories":
-        names = ("topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start")
+        names = ["topk_probs", "confidence", "masked", "order", "prompt"]
         with safe_open(str(path), "pt") as f:
-            tensors = {k: f.get_tensor(k) for k in names if k in f.keys()}
             meta = f.metadata() or {}
-        return cls(tensors, heldout_every, Path(path).stem, temperature=float(meta.get("temperature", 0)),
-                   seed=int(meta.get("seed", 0)))
+            temperature = float(meta.get("temperature", 0))
+            if temperature > 0:  # the noise coordinates; at T = 0 the resampled confidence needs none
+                names += ["topk_ids", "block_start"]
+            tensors = {k: f.get_tensor(k) for k in names if k in f.keys()}
+        return cls(tensors, heldout_every, Path(path).stem, temperature=temperature, seed=int(meta.get("seed", 0)))
 
     def batch(self, blocks, k, d):
         """Model inputs (probs, conf, stale masked, node masked, depth, resampled) and labels for examples
