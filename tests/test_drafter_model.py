@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 import spot
 from spot.collect import collect
 from spot.model import ModelConfig
+from spot.prompts import TUNE_POOL, TUNE_RESERVE, build_prompts, training_prompts
 import spot_kernels
 from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
                               resampled_confidence, save_order_model, with_resampled_inputs)
@@ -452,6 +453,45 @@ def test_collect_shards(tmp_path):
 def test_collect_rejects_large_vocabularies(tmp_path):
     with pytest.raises(ValueError, match="vocab_size"):
         collect(SimpleNamespace(vocab_size=2**15 + 1), [[1]], tmp_path, progress=False)
+
+
+def test_collect_further_prompts_merge(tmp_path):
+    """A later run on further prompts (first_row = the earlier run's count) records exactly the blocks one run on
+    all the prompts would have, noise rows included; loading both runs merges them into that shard."""
+    target = spot.load_target("random", config=COLLECT_CFG, dtype="float64", seed=1)
+    prompts = COLLECT_PROMPTS + [[8, 8, 2]]
+    kw = dict(block_sizes=(4,), temperatures=(1.0,), max_new_tokens=8, batch_size=2, seed=3, top_k=8,
+              progress=False)
+    whole, = collect(target, prompts, tmp_path / "whole", **kw)
+    first, = collect(target, prompts[:2], tmp_path / "runs", **kw)
+    later, = collect(target, prompts[2:], tmp_path / "runs", first_row=2, **kw)
+    assert (first.name, later.name) == ("traj-B4-T1.safetensors", "traj-B4-T1-r2.safetensors")
+    x, y = load_file(str(whole)), load_file(str(later))
+    assert all(torch.equal(x[k][4:], y[k]) for k in x), "the later run differs from the same prompts' blocks"
+    merged, ref = Trajectories.load([first, later], heldout_every=2), Trajectories.load(whole, heldout_every=2)
+    assert merged.name == "traj-B4-T1" and merged.heldout_blocks.tolist() == ref.heldout_blocks.tolist()
+    (a, _), (b, _) = merged.examples_at_depth(1), ref.examples_at_depth(1)
+    assert all(torch.equal(u, v) for u, v in zip(a, b) if torch.is_tensor(u))
+    with pytest.raises(ValueError, match="repeat prompt numbers"):
+        Trajectories.load([first, first], heldout_every=2)
+    t0, = collect(target, prompts[2:], tmp_path / "t0", **{**kw, "temperatures": (0.0,)}, first_row=2)
+    with pytest.raises(ValueError, match="different temperature"):
+        Trajectories.load([first, t0], heldout_every=2)
+
+
+def test_training_prompts_skip_earlier_runs(tmp_path):
+    """Further prompts leave out every skipped run's prompts and `spot tune`'s reserve, and number from the
+    largest skipped count; without a skip they are build_prompts'."""
+    docs = [{"id": i, "source": "math", "text": f"Problem {i}: add {i} and 1.\nSolution:\n{i + 1}\n"}
+            for i in range(200)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    assert training_prompts(tmp_path, 12) == ([p["text"] for p in build_prompts(tmp_path, 12, "train")], 0)
+    texts, first_row = training_prompts(tmp_path, 100, (16, 8))
+    skipped = {p["text"] for k in (16, 8) for p in build_prompts(tmp_path, k, "train")}
+    reserve = {p["text"] for p in build_prompts(tmp_path, TUNE_POOL, "train")[-TUNE_RESERVE:]}
+    assert first_row == 16 and len(set(texts)) == 100 and not set(texts) & (skipped | reserve)
+    with pytest.raises(ValueError, match="training prompts are left"):
+        training_prompts(tmp_path, 200 - TUNE_RESERVE, (16,))
 
 
 # ---------------------------------------------------------------------------------------------------------------

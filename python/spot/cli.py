@@ -151,16 +151,17 @@ def cmd_train_target(a) -> int:
 
 def cmd_collect(a) -> int:
     from .collect import collect
-    from .prompts import build_prompts
+    from .prompts import training_prompts
 
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     if target.tokenizer is None:
         raise SystemExit("collect needs a target with the shipped tokenizer (prompts come from the corpus)")
-    texts = [p["text"] for p in build_prompts(a.corpus, a.num_prompts, split="train")]
+    texts, first_row = training_prompts(a.corpus, a.num_prompts, _ints(a.skip_prompts) if a.skip_prompts else ())
     prompts = [target.tokenizer.encode(t) for t in texts]
-    print(f"collect: {len(prompts)} training prompts -> {a.out}")
+    print(f"collect: {len(prompts)} training prompts (rows from {first_row}) -> {a.out}")
     paths = collect(target, prompts, a.out, block_sizes=_ints(a.block_sizes), temperatures=_floats(a.temperatures),
-                    max_new_tokens=a.max_new_tokens, batch_size=a.batch_size, seed=a.seed, progress=not a.quiet)
+                    max_new_tokens=a.max_new_tokens, batch_size=a.batch_size, seed=a.seed, first_row=first_row,
+                    progress=not a.quiet)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
@@ -176,7 +177,10 @@ def cmd_train_drafter(a) -> int:
         paths = [p for p in paths if any(f"-B{b}-" in p for b in _ints(a.block_sizes))]
     if not paths:
         raise SystemExit(f"no trajectories in {a.data}: run `spot collect` first")
-    shards = [Trajectories.load(p, a.heldout_every) for p in paths]
+    runs: dict[str, list[str]] = {}  # traj-B{B}-T{T}[-r{R}]: the runs of one pair train and evaluate as one
+    for p in paths:
+        runs.setdefault(Path(p).stem.split("-r")[0], []).append(p)
+    shards = [Trajectories.load(group, a.heldout_every) for group in runs.values()]
     cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
                              heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed,
                              soft_weight=a.soft_weight, soft_temperature=a.soft_temperature)
@@ -193,11 +197,11 @@ def cmd_train_drafter(a) -> int:
 def cmd_tune(a) -> int:
     from .cost_model import BUDGETS_FILE, save_tuning, tune
 
-    from .prompts import build_prompts
+    from .prompts import TUNE_POOL, build_prompts
 
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
-    texts = [p["text"] for p in build_prompts(a.corpus, 1024, split="train")[-a.num_prompts:]]
+    texts = [p["text"] for p in build_prompts(a.corpus, TUNE_POOL, split="train")[-a.num_prompts:]]
     prompts = [target.tokenizer.encode(t) for t in texts]
     drafter = _drafter(["spot"])
     for B in _ints(a.block_sizes):
@@ -241,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--corpus", default=".cache/corpus", help="built by `python -m spot.corpus --out DIR`")
     c.add_argument("--out", default=".cache/trajectories")
     c.add_argument("--num-prompts", type=int, default=256, help="training-split prompts to decode")
+    c.add_argument("--skip-prompts", default="",
+                   help="comma-separated --num-prompts of earlier runs: collect further prompts, none of theirs")
     c.add_argument("--block-sizes", default="16,32")
     c.add_argument("--temperatures", default="0,1")
     c.add_argument("--max-new-tokens", type=int, default=256)

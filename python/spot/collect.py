@@ -6,7 +6,9 @@ masked flag; and the order in which the target committed the block. Standard dec
 SPOT accepts, so (features of s_k, state s_{k+1+d}) -> position committed at s_{k+1+d} is the drafter's task at
 tree depth d, and these trajectories are its exact training distribution.
 
-One shard per (block size, temperature): safetensors with
+One shard per (block size, temperature) and run: `traj-B{B}-T{T}.safetensors`, or `traj-B{B}-T{T}-r{R}` for a run
+whose prompts are numbered from R (a later run on further prompts; training merges a pair's shards). Safetensors
+with
   topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K], tokens int16 [blocks, B, B],
   confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int8 [blocks, B] (positions in commit
   order), prompt int32 [blocks] (index of the prompt = its noise row), block_index int32 [blocks], block_start
@@ -62,9 +64,10 @@ class TrajectoryRecorder:
 
 
 def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),
-            max_new_tokens: int = 256, batch_size: int = 16, seed: int = 0, top_k: int = 32,
+            max_new_tokens: int = 256, batch_size: int = 16, seed: int = 0, top_k: int = 32, first_row: int = 0,
             progress: bool = True) -> list[Path]:
-    """Run standard decoding for every (block size, temperature) and write one shard each. Deterministic."""
+    """Run standard decoding for every (block size, temperature) and write one shard each. Deterministic.
+    Prompt i is numbered (and draws the noise of row) first_row + i."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if target.vocab_size > 2**15:
@@ -72,7 +75,7 @@ def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), 
     paths = []
     for B in block_sizes:
         for T in temperatures:
-            path = out_dir / f"traj-B{B}-T{T:g}.safetensors"
+            path = out_dir / (f"traj-B{B}-T{T:g}" + (f"-r{first_row}" if first_row else "") + ".safetensors")
             parts = []
             bar = tqdm(total=len(prompts), desc=f"collect B={B} T={T:g}", disable=not progress, unit="prompt")
             for start in range(0, len(prompts), batch_size):
@@ -81,13 +84,13 @@ def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), 
                 # rows = prompt index: the noise is that of the prompt wherever it is decoded
                 out = generate(target, batch, "standard", max_new_tokens=max_new_tokens, block_size=B,
                                temperature=T, seed=seed, eos_id=None, top_k=top_k, on_pass=rec,
-                               rows=list(range(start, start + len(batch))))
-                parts.append(rec.tensors(out.orders, start))
+                               rows=list(range(first_row + start, first_row + start + len(batch))))
+                parts.append(rec.tensors(out.orders, first_row + start))
                 bar.update(len(batch))
             bar.close()
             shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}
             meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed),
-                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts))}
+                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts)), "first_row": str(first_row)}
             save_file(shard, str(path), metadata=meta)
             paths.append(path)
     return paths

@@ -13,6 +13,7 @@ from pathlib import Path
 
 PROMPTS_FILE = Path(__file__).parent / "assets" / "heldout_prompts.json"
 MIX = (("math", 0.5), ("code", 0.4), ("docs", 0.1))
+TUNE_POOL, TUNE_RESERVE = 1024, 64  # `spot tune` takes its prompts from the end of this training-split list
 
 
 def prompt_of(doc: dict, lines: int = 4) -> str | None:
@@ -37,6 +38,20 @@ def build_prompts(corpus_dir, count: int = 64, split: str = "heldout") -> list[d
         # Spread each source evenly over the list, so that any prefix of it is a mix.
         keyed += [(i / len(picked), rank, {"source": source, "text": p}) for i, p in enumerate(picked)]
     return [item for _, _, item in sorted(keyed, key=lambda t: t[:2])]
+
+
+def training_prompts(corpus_dir, count: int, skip=()) -> tuple[list[str], int]:
+    """`count` training-split prompts for `spot collect` and their first row number. `skip` names earlier runs by
+    their count: their prompts are left out and the new rows follow theirs, so shards of several runs merge
+    without repeating a prompt or a noise row. The last TUNE_RESERVE prompts of the pool stay for `spot tune`."""
+    if not skip:
+        return [p["text"] for p in build_prompts(corpus_dir, count, split="train")], 0
+    seen = {p["text"] for k in skip for p in build_prompts(corpus_dir, k, split="train")}
+    pool = [p["text"] for p in build_prompts(corpus_dir, TUNE_POOL, split="train")[:-TUNE_RESERVE]]
+    fresh = [t for t in pool if t not in seen]
+    if len(fresh) < count:
+        raise ValueError(f"only {len(fresh)} training prompts are left after skipping {list(skip)}; asked {count}")
+    return fresh[:count], max(skip)
 
 
 def held_out_prompts(count: int | None = None) -> list[str]:

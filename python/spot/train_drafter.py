@@ -63,15 +63,29 @@ class Trajectories:
         self.heldout_blocks = torch.nonzero(held).squeeze(1)
 
     @classmethod
-    def load(cls, path, heldout_every: int) -> "Trajectories":
-        names = ["topk_probs", "confidence", "masked", "order", "prompt"]
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata() or {}
-            temperature = float(meta.get("temperature", 0))
-            if temperature > 0:  # the noise coordinates; at T = 0 the resampled confidence needs none
-                names += ["topk_ids", "block_start"]
-            tensors = {k: f.get_tensor(k) for k in names if k in f.keys()}
-        return cls(tensors, heldout_every, Path(path).stem, temperature=temperature, seed=int(meta.get("seed", 0)))
+    def load(cls, paths, heldout_every: int) -> "Trajectories":
+        """One shard file, or several runs of one (block size, temperature) pair merged (prompt numbers must not
+        repeat: see `spot collect --skip-prompts`)."""
+        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        parts, metas = [], []
+        for path in paths:
+            with safe_open(str(path), "pt") as f:
+                meta = f.metadata() or {}
+                names = ["topk_probs", "confidence", "masked", "order", "prompt"]
+                if float(meta.get("temperature", 0)) > 0:  # the noise coordinates; T = 0 needs none
+                    names += ["topk_ids", "block_start"]
+                parts.append({k: f.get_tensor(k) for k in names if k in f.keys()})
+                metas.append(meta)
+        for key in ("block_size", "temperature", "seed"):
+            if len({m.get(key) for m in metas}) > 1:
+                raise ValueError(f"cannot merge shards with different {key}: {[str(p) for p in paths]}")
+        prompts = torch.cat([t["prompt"].unique() for t in parts])
+        if len(prompts.unique()) < len(prompts):
+            raise ValueError(f"shards {[str(p) for p in paths]} repeat prompt numbers")
+        tensors = {k: torch.cat([t[k] for t in parts]) for k in parts[0] if all(k in t for t in parts)}
+        name = Path(paths[0]).stem.split("-r")[0]
+        return cls(tensors, heldout_every, name, temperature=float(metas[0].get("temperature", 0)),
+                   seed=int(metas[0].get("seed", 0)))
 
     def batch(self, blocks, k, d):
         """Model inputs (probs, conf, stale masked, node masked, depth, resampled) and labels for examples
