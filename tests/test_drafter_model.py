@@ -12,6 +12,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import spot
+from spot.cli import main
 from spot.collect import collect
 from spot.model import ModelConfig
 from spot.prompts import TUNE_POOL, TUNE_RESERVE, build_prompts, training_prompts
@@ -19,8 +20,8 @@ import spot_kernels
 from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
                               resampled_confidence, save_order_model, with_resampled_inputs)
 from spot.target import Session, Target
-from spot.train_drafter import (DrafterTrainConfig, Trajectories, evaluate, example_weights, order_loss,
-                                soft_targets, train_drafter)
+from spot.train_drafter import (DrafterTrainConfig, Trajectories, evaluate, example_weights, format_evaluation,
+                                order_loss, soft_targets, train_drafter)
 from test_decode import sharp_target
 
 SMALL = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)
@@ -477,6 +478,27 @@ def test_collect_further_prompts_merge(tmp_path):
     t0, = collect(target, prompts[2:], tmp_path / "t0", **{**kw, "temperatures": (0.0,)}, first_row=2)
     with pytest.raises(ValueError, match="different temperature"):
         Trajectories.load([first, t0], heldout_every=2)
+
+
+def test_cli_merges_runs_for_training_and_evaluation(tmp_path, capsys):
+    """train-drafter and evaluate-drafter read a folder's runs of one pair as one shard; evaluate-drafter prints
+    what `evaluate` measures, on either split."""
+    target = spot.load_target("random", config=COLLECT_CFG, dtype="float64", seed=1)
+    kw = dict(block_sizes=(4,), temperatures=(1.0,), max_new_tokens=8, batch_size=2, seed=3, top_k=8,
+              progress=False)
+    collect(target, COLLECT_PROMPTS[:2], tmp_path / "runs", **kw)
+    collect(target, COLLECT_PROMPTS[2:], tmp_path / "runs", first_row=2, **kw)
+    data = ["--data", str(tmp_path / "runs"), "--heldout-every", "2"]
+    assert main(["train-drafter", *data, "--steps", "2", "--batch-size", "4", "--eval-every", "1",
+                 "--out", str(tmp_path / "drafter"), "--quiet"]) == 0
+    assert "traj-B4-T1 (2 train / 4 held-out blocks)" in capsys.readouterr().out
+    model, shard = load_order_model(tmp_path / "drafter"), Trajectories.load(sorted((tmp_path / "runs").iterdir()), 2)
+    for split in ("heldout", "train"):
+        assert main(["evaluate-drafter", "--drafter", str(tmp_path / "drafter"), *data, "--split", split]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        ev = evaluate(model, shard, heldout=split == "heldout")
+        assert lines == [f"traj-B4-T1 ({'held-out' if split == 'heldout' else 'training'} blocks): "
+                         + format_evaluation(ev)]
 
 
 def test_training_prompts_skip_earlier_runs(tmp_path):

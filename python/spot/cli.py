@@ -166,21 +166,41 @@ def cmd_collect(a) -> int:
     return 0
 
 
-def cmd_train_drafter(a) -> int:
+def _load_trajectories(a) -> list:
+    """Every shard in a.data (only a.block_sizes when given); the runs of one (block size, temperature) pair,
+    traj-B{B}-T{T}[-r{R}], load as one shard."""
     import glob
 
-    from .order_model import WEIGHTS_DIR, OrderModelConfig, load_order_model, with_resampled_inputs
-    from .train_drafter import DrafterTrainConfig, Trajectories, train_drafter
+    from .train_drafter import Trajectories
 
     paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
     if a.block_sizes:
         paths = [p for p in paths if any(f"-B{b}-" in p for b in _ints(a.block_sizes))]
     if not paths:
         raise SystemExit(f"no trajectories in {a.data}: run `spot collect` first")
-    runs: dict[str, list[str]] = {}  # traj-B{B}-T{T}[-r{R}]: the runs of one pair train and evaluate as one
+    runs: dict[str, list[str]] = {}
     for p in paths:
         runs.setdefault(Path(p).stem.split("-r")[0], []).append(p)
-    shards = [Trajectories.load(group, a.heldout_every) for group in runs.values()]
+    return [Trajectories.load(group, a.heldout_every) for group in runs.values()]
+
+
+def cmd_evaluate_drafter(a) -> int:
+    from .order_model import load_order_model
+    from .train_drafter import evaluate, format_evaluation
+
+    model = load_order_model(a.drafter) if a.drafter else load_order_model()
+    heldout = a.split == "heldout"
+    for shard in _load_trajectories(a):
+        ev = evaluate(model, shard, heldout=heldout)
+        print(f"{shard.name} ({'held-out' if heldout else 'training'} blocks): " + format_evaluation(ev))
+    return 0
+
+
+def cmd_train_drafter(a) -> int:
+    from .order_model import WEIGHTS_DIR, OrderModelConfig, load_order_model, with_resampled_inputs
+    from .train_drafter import DrafterTrainConfig, train_drafter
+
+    shards = _load_trajectories(a)
     cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
                              heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed,
                              soft_weight=a.soft_weight, soft_temperature=a.soft_temperature)
@@ -273,6 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "(with --init: widens that drafter's inputs)")
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=cmd_train_drafter)
+    e = sub.add_parser("evaluate-drafter", help="next-commit accuracy of a drafter on collected trajectories")
+    e.add_argument("--drafter", help="directory of the drafter (default: the shipped one)")
+    e.add_argument("--data", default=".cache/traj", help="the --out of `spot collect`")
+    e.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
+    e.add_argument("--heldout-every", type=int, default=8)
+    e.add_argument("--split", choices=("heldout", "train"), default="heldout")
+    e.set_defaults(func=cmd_evaluate_drafter)
     u = sub.add_parser("tune", help="measure the cost model and store the best tree budget for this device")
     _target_args(u)
     u.add_argument("--block-sizes", default="16,32")

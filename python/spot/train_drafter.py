@@ -154,14 +154,16 @@ def order_loss(logits: torch.Tensor, labels: torch.Tensor, soft: torch.Tensor | 
 
 
 @torch.no_grad()
-def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: int = 4096) -> dict:
-    """Held-out top-1/top-4 accuracy of the drafter, and of two orderings without a model: the stale confidence
-    (what `confidence` drafts) and, where the shard has it, the resampled confidence at the node's step; per depth."""
+def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: int = 4096,
+             heldout: bool = True) -> dict:
+    """Held-out (or training-split) top-1/top-4 accuracy of the drafter, and of two orderings without a model: the
+    stale confidence (what `confidence` drafts) and, where the shard has it, the resampled confidence at the
+    node's step; per depth."""
     was_training = model.training
     model.eval()
     out = {}
     for d in depths:
-        inputs, labels = data.examples_at_depth(d)
+        inputs, labels = data.examples_at_depth(d, heldout)
         if len(labels) == 0:
             continue
         names = ("", "confidence_", "resampled_") if inputs[5] is not None else ("", "confidence_")
@@ -187,6 +189,14 @@ def _topk_lowest(scores: torch.Tensor, k: int) -> torch.Tensor:
     B = scores.shape[1]
     key = scores.double() - torch.arange(B, dtype=torch.float64) * 1e-12
     return torch.topk(key, k, dim=1).indices
+
+
+def format_evaluation(ev: dict) -> str:
+    """One line per shard: drafter top-1/top-4 per depth, (the model-free orderings) in brackets."""
+    return "  ".join(
+        f"d{d} top1 {e['top1']:.3f} top4 {e['top4']:.3f} (conf {e['confidence_top1']:.3f}/{e['confidence_top4']:.3f}"
+        + (f", resampled {e['resampled_top1']:.3f}/{e['resampled_top4']:.3f}" if "resampled_top1" in e else "")
+        + ")" for d, e in ev.items())
 
 
 def _log(line: str) -> None:
@@ -234,10 +244,7 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
             history.append({"step": step + 1, "loss": loss.item(), "minutes": (time.perf_counter() - t0) / 60,
                             "heldout": evals})
             for name, ev in evals.items():
-                log(f"step {step + 1} {name}: " + "  ".join(
-                    f"d{d} top1 {e['top1']:.3f} top4 {e['top4']:.3f} (conf {e['confidence_top1']:.3f}/"
-                    f"{e['confidence_top4']:.3f}" + (f", resampled {e['resampled_top1']:.3f}/{e['resampled_top4']:.3f}"
-                                                    if "resampled_top1" in e else "") + ")" for d, e in ev.items()))
+                log(f"step {step + 1} {name}: " + format_evaluation(ev))
     save_order_model(model.eval(), out_dir, extra={"train": asdict(cfg), "parameters": params,
                                                    "history": history})
     return {"parameters": params, "history": history}
