@@ -18,7 +18,8 @@ from spot.model import ModelConfig
 from spot.prompts import TUNE_POOL, TUNE_RESERVE, build_prompts, training_prompts
 import spot_kernels
 from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
-                              resampled_confidence, save_order_model, with_resampled_inputs)
+                              resampled_confidence, save_order_model, with_resampled_inputs,
+                              with_token_inputs)
 from spot.target import Session, Target
 from spot.train_drafter import (DrafterTrainConfig, Trajectories, evaluate, example_weights, format_evaluation,
                                 order_loss, soft_targets, train_drafter)
@@ -256,7 +257,7 @@ def test_trajectories_batch_labels_and_split():
     blocks = torch.tensor([0, 3, 5, 5, 11, 2])
     k = torch.tensor([0, 2, 6, 0, 3, 1])
     d = torch.tensor([0, 1, 0, 6, 2, 0])
-    (probs, conf, stale, node, depth, resampled), labels = data.batch(blocks, k, d)
+    (probs, conf, stale, node, depth, resampled, _), labels = data.batch(blocks, k, d)
     assert torch.equal(resampled, probs[..., 0])  # T = 0: the stale top-1 probability
     assert probs.dtype == torch.float32 and torch.equal(probs, shard["topk_probs"][blocks, k].float())
     assert torch.equal(conf, shard["confidence"][blocks, k]) and torch.equal(stale, shard["masked"][blocks, k])
@@ -276,7 +277,7 @@ def test_examples_at_depth_enumerates_heldout():
     data = Trajectories(shard, heldout_every=4)  # prompts 0, 4, 8 held out
     order = shard["order"].long()
     for d in range(B + 1):
-        (probs, conf, stale, node, depth, _), labels = data.examples_at_depth(d)
+        (probs, conf, stale, node, depth, *_), labels = data.examples_at_depth(d)
         want = [(b, k) for b in (0, 4, 8) for k in range(B) if k + 1 + d < B]
         assert len(labels) == len(want) and len(conf) == len(want)
         assert (depth == d).all()
@@ -297,7 +298,7 @@ def test_sample_draws_valid_training_examples():
     shard = synthetic_shard(16, B, seed=3, blocks_per_prompt=1)
     data = Trajectories(shard, heldout_every=2)
     gen = torch.Generator().manual_seed(0)
-    (probs, conf, stale, node, depth, _), labels, node_conf = data.sample(300, max_depth=3, gen=gen)
+    (probs, conf, stale, node, depth, *_), labels, node_conf = data.sample(300, max_depth=3, gen=gen)
     assert len(labels) == 300 and depth.min() >= 0 and depth.max() <= 3 and len(set(depth.tolist())) == 4
     held = set(data.heldout_blocks.tolist())
     for i in range(300):
@@ -442,8 +443,11 @@ def test_collect_shards(tmp_path):
                 assert all(s["topk_ids"][b, k, order[b, k], 0] == generated[order[b, k]] for k in range(B))
         data = Trajectories.load(path, heldout_every=2)
         assert data.heldout_blocks.tolist() == [0, 1, 4, 5] and data.name == path.stem
-        (_, _, stale, node, _, _), labels = data.examples_at_depth(0)
+        (_, _, stale, node, _, _, top_ids), labels = data.examples_at_depth(0)
         assert torch.equal(labels, torch.stack([order[b, 1:] for b in (0, 1, 4, 5)]).flatten())
+        # every shard keeps the stale top-1 ids (a T = 0 shard loads no more of the top-K ids)
+        assert torch.equal(top_ids, torch.cat([s["topk_ids"][b, :B - 1, :, 0] for b in (0, 1, 4, 5)]).long())
+        assert data.topk_ids.shape[-1] == (1 if T == 0 else K)
     # deterministic: a second collection writes the same tensors
     again = _collect(target, tmp_path / "b")
     for p, q in zip(paths, again):
@@ -560,7 +564,7 @@ class ResampledOrder(torch.nn.Module):
         self.cfg = OrderModelConfig(resampled=True)
         self.head = torch.nn.Linear(1, 1)
 
-    def forward(self, probs, conf, stale_masked, node_masked, depth, resampled=None):
+    def forward(self, probs, conf, stale_masked, node_masked, depth, resampled=None, top_ids=None):
         return resampled.float().log().masked_fill(~node_masked, float("-inf"))
 
 
@@ -597,7 +601,7 @@ def test_trajectories_resample_at_the_nodes_step(tmp_path, temperature):
     data = Trajectories.load(path, heldout_every=2)
     assert data.temperature == temperature and data.seed == 5
     for d in range(4):
-        (_, _, _, node, _, resampled), labels = data.examples_at_depth(d)
+        (_, _, _, node, _, resampled, _), labels = data.examples_at_depth(d)
         assert torch.equal(resampled.masked_fill(~node, -1).argmax(1), labels), d
     ev = evaluate(small_model(), data, depths=(0, 3))
     assert ev[0]["resampled_top1"] == ev[3]["resampled_top1"] == 1.0
@@ -609,9 +613,9 @@ def test_trajectories_without_noise_coordinates_give_no_resampled_feature():
     shard = synthetic_shard(4, 8)
     del shard["block_start"]
     data = Trajectories(shard, 2, temperature=1.0)
-    (*_, resampled), _ = data.examples_at_depth(0)
+    (*_, resampled, _), _ = data.examples_at_depth(0)
     assert resampled is None and "resampled_top1" not in evaluate(small_model(), data, depths=(0,))[0]
-    (*_, resampled), _ = Trajectories(shard, 2, temperature=0.0).examples_at_depth(0)
+    (*_, resampled, _), _ = Trajectories(shard, 2, temperature=0.0).examples_at_depth(0)
     assert resampled is not None
 
 
@@ -630,7 +634,7 @@ def test_decoder_resamples_at_the_nodes_step(temperature):
     assert out.tokens == ref.tokens and out.stats.target_passes == oracle.stats.target_passes < ref.stats.target_passes
 
     class OffByOne(ResampledOrder):
-        def forward(self, probs, conf, stale_masked, node_masked, depth, resampled=None):
+        def forward(self, probs, conf, stale_masked, node_masked, depth, resampled=None, top_ids=None):
             return super().forward(probs, conf, stale_masked, node_masked, depth, shifted.pop(0))
 
     shifted = []
@@ -661,6 +665,57 @@ def test_widening_a_drafter_keeps_its_outputs():
                                block_start=torch.zeros(5, dtype=torch.long), block_index=0)
     with pytest.raises(ValueError, match="noise"):
         LearnedDrafter(wide).position_logits(stale, inputs[3], torch.arange(5), inputs[4])
+
+
+def test_token_inputs_widen_a_drafter_and_read_the_stale_top1_ids():
+    model = small_model(3)
+    wide = with_token_inputs(model, buckets=16)
+    extra = 16 * SMALL.token_dim + SMALL.token_dim * SMALL.d_model
+    assert sum(p.numel() for p in wide.parameters()) == sum(p.numel() for p in model.parameters()) + extra
+    inputs = random_inputs(5, 16, seed=2)
+    ids = torch.randint(-1, 40, (5, 16))
+    with torch.no_grad():
+        assert torch.equal(wide(*inputs, None, ids), model(*inputs))  # zero projection: unchanged until trained
+        with pytest.raises(ValueError, match="top_ids"):
+            wide(*inputs)
+        torch.nn.init.normal_(wide.tok_proj.weight)
+        out = wide(*inputs, None, ids)
+        assert not torch.equal(out, model(*inputs))
+        # ids 14 and up share the last bucket (15); -1 (none) has bucket 0
+        assert torch.equal(wide(*inputs, None, torch.where(ids >= 14, 39, ids)), out)
+        assert not torch.equal(wide(*inputs, None, torch.where(ids == 3, -1, ids)), out)
+    # the decoder hands over each position's stale top-1 id
+    topk_ids = torch.randint(0, 40, (5, 16, 32))
+    stale = spot.StaleFeatures(topk_probs=inputs[0], topk_ids=topk_ids, tokens=torch.zeros(5, 16, dtype=torch.long),
+                               confidence=inputs[1], masked=inputs[2], block_start=torch.zeros(5, dtype=torch.long),
+                               block_index=0)
+    rows = torch.tensor([4, 0, 0])
+    got = LearnedDrafter(wide).position_logits(stale, inputs[3][rows], rows, inputs[4][rows])
+    with torch.no_grad():
+        want = wide(inputs[0][rows], inputs[1][rows], inputs[2][rows], inputs[3][rows], inputs[4][rows], None,
+                    topk_ids[rows, :, 0])
+    assert torch.equal(got, want)
+
+
+def test_training_learns_a_token_order(tmp_path):
+    """Blocks commit in ascending order of their positions' stale top-1 ids, the probabilities saying nothing: a
+    drafter reading the ids learns it, one without them cannot."""
+    B, n = 16, 64
+    shard = synthetic_shard(n, B, seed=9, blocks_per_prompt=1)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.stack([torch.randperm(60, generator=g)[:B] for _ in range(n)])  # [n, B], distinct per block
+    shard["order"] = ids.argsort(1).to(torch.int8)
+    rank = torch.empty_like(ids).scatter_(1, ids.argsort(1), torch.arange(B).expand(n, B))
+    shard["masked"] = rank[:, None, :] >= torch.arange(B)[None, :, None]
+    shard["topk_ids"][..., 0] = ids[:, None, :].expand(n, B, B).short()
+    data = Trajectories(shard, 4, "tokens")
+    tokens_cfg = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64, token_buckets=64, token_dim=16)
+    acc = {}
+    for name, cfg in (("with", tokens_cfg), ("without", SMALL)):
+        train_drafter([data], DrafterTrainConfig(steps=250, batch_size=64, lr=1e-2, max_depth=3, eval_every=1000),
+                      tmp_path / name, model_cfg=cfg, progress=False, log=lambda *a: None)
+        acc[name] = evaluate(load_order_model(tmp_path / name), data, depths=(0,))[0]["top1"]
+    assert acc["with"] > 0.6 and acc["without"] < 0.3, acc
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -197,7 +197,7 @@ def cmd_evaluate_drafter(a) -> int:
 
 
 def cmd_train_drafter(a) -> int:
-    from .order_model import WEIGHTS_DIR, OrderModelConfig, load_order_model, with_resampled_inputs
+    from .order_model import WEIGHTS_DIR, OrderModelConfig, load_order_model, with_resampled_inputs, with_token_inputs
     from .train_drafter import DrafterTrainConfig, train_drafter
 
     shards = _load_trajectories(a)
@@ -208,7 +208,10 @@ def cmd_train_drafter(a) -> int:
     init = load_order_model(a.init) if a.init else None
     if init is not None and a.resampled:
         init = with_resampled_inputs(init)
-    result = train_drafter(shards, cfg, out, init=init, model_cfg=OrderModelConfig(resampled=a.resampled),
+    if init is not None and a.token_buckets:
+        init = with_token_inputs(init, a.token_buckets)
+    model_cfg = OrderModelConfig(resampled=a.resampled, token_buckets=a.token_buckets)
+    result = train_drafter(shards, cfg, out, init=init, model_cfg=model_cfg,
                            progress=not a.quiet)
     print(f"trained {cfg.steps} steps, {result['parameters']} parameters; wrote {out}")
     return 0
@@ -291,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--resampled", action="store_true",
                    help="the drafter also reads each position's stale top-K re-sampled with the node step's noise "
                         "(with --init: widens that drafter's inputs)")
+    d.add_argument("--token-buckets", type=int, default=0,
+                   help="> 0: the drafter also reads an embedding of each position's stale top-1 token id, ids past "
+                        "this many buckets sharing one (with --init: widens that drafter's inputs)")
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=cmd_train_drafter)
     e = sub.add_parser("evaluate-drafter", help="next-commit accuracy of a drafter on collected trajectories")

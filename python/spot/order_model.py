@@ -34,6 +34,8 @@ class OrderModelConfig:
     max_block: int = 64
     max_depth: int = 16  # deeper nodes share the last depth embedding
     resampled: bool = False  # also read resampled_confidence at the node's step
+    token_buckets: int = 0  # > 0: also read an embedding of each position's stale top-1 token id
+    token_dim: int = 32
 
     @property
     def n_features(self) -> int:
@@ -103,16 +105,23 @@ class OrderModel(nn.Module):
         self.layers = nn.ModuleList(_Layer(cfg) for _ in range(cfg.n_layers))
         self.norm = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, 1)
+        if cfg.token_buckets:
+            self.tok = nn.Embedding(cfg.token_buckets, cfg.token_dim)
+            self.tok_proj = nn.Linear(cfg.token_dim, cfg.d_model, bias=False)
 
-    def forward(self, topk_probs, confidence, stale_masked, node_masked, depth, resampled=None) -> torch.Tensor:
+    def forward(self, topk_probs, confidence, stale_masked, node_masked, depth, resampled=None,
+                top_ids=None) -> torch.Tensor:
         """topk_probs [N, B, >=K]; confidence [N, B]; stale_masked, node_masked bool [N, B]; depth int64 [N];
-        resampled [N, B] (`resampled_confidence` at each node's step; read only when cfg.resampled)
+        resampled [N, B] (`resampled_confidence` at each node's step; read only when cfg.resampled); top_ids int
+        [N, B] (the stale top-1 token id, -1 = none; read only when cfg.token_buckets)
         -> logits [N, B] (float32; -inf where the node is not masked)."""
         n, B = node_masked.shape
         if B > self.cfg.max_block:
             raise ValueError(f"block size {B} exceeds the drafter's max_block {self.cfg.max_block}")
         if self.cfg.resampled and resampled is None:
             raise ValueError("this order model reads `resampled` (resampled_confidence at the node's step)")
+        if self.cfg.token_buckets and top_ids is None:
+            raise ValueError("this order model reads `top_ids` (the stale top-1 token id of each position)")
         feats = order_features(topk_probs, confidence, stale_masked, node_masked, self.cfg.top_k,
                                resampled if self.cfg.resampled else None)
         x = self.inp(feats)
@@ -120,6 +129,8 @@ class OrderModel(nn.Module):
         first = torch.where(node_masked.any(1), node_masked.to(torch.int8).argmax(1), B)
         rel = (j[None] - first[:, None]).clamp(-self.cfg.max_block, self.cfg.max_block - 1) + self.cfg.max_block
         x = x + self.pos(j)[None] + self.rel(rel) + self.depth(depth.clamp(0, self.cfg.max_depth - 1))[:, None]
+        if self.cfg.token_buckets:  # bucket 0 = no token, ids past the buckets share the last one
+            x = x + self.tok_proj(self.tok((top_ids.long() + 1).clamp(0, self.cfg.token_buckets - 1)))
         for layer in self.layers:
             x = layer(x)
         logits = self.head(self.norm(x)).squeeze(-1)
@@ -148,8 +159,9 @@ class LearnedDrafter:
             resampled = resampled_confidence(probs, stale.topk_ids[node_row].to(dev), seed, rows[node_row].to(dev),
                                              stale.block_start[node_row].to(dev),
                                              (root_step[node_row] + depth).to(dev), temperature)
+        top_ids = stale.topk_ids[node_row, :, 0].to(dev) if self.model.cfg.token_buckets else None
         logits = self.model(probs, stale.confidence[node_row].to(dev), stale.masked[node_row].to(dev),
-                            node_masked.to(dev), depth.to(dev), resampled)
+                            node_masked.to(dev), depth.to(dev), resampled, top_ids)
         return logits.to(node_masked.device)
 
 
@@ -163,6 +175,18 @@ def with_resampled_inputs(model: OrderModel) -> OrderModel:
     w = state["inp.weight"]
     state["inp.weight"] = torch.cat([w, w.new_zeros(w.shape[0], wide.cfg.n_features - w.shape[1])], 1)
     wide.load_state_dict(state)
+    return wide.train(model.training)
+
+
+def with_token_inputs(model: OrderModel, buckets: int = 1024) -> OrderModel:
+    """A copy of `model` that also reads the stale top-1 token ids, computing exactly what `model` computes until
+    trained (the embedding's projection starts at zero)."""
+    if model.cfg.token_buckets:
+        return model
+    wide = OrderModel(replace(model.cfg, token_buckets=buckets))
+    nn.init.zeros_(wide.tok_proj.weight)
+    missing, unexpected = wide.load_state_dict(model.state_dict(), strict=False)
+    assert set(missing) == {"tok.weight", "tok_proj.weight"} and not unexpected
     return wide.train(model.training)
 
 

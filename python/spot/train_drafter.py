@@ -48,7 +48,8 @@ class Trajectories:
                  temperature: float = 0.0, seed: int = 0):
         self.name, self.temperature, self.seed = name, temperature, seed
         self.topk = tensors["topk_probs"]
-        self.topk_ids = tensors.get("topk_ids")
+        self.topk_ids = tensors.get("topk_ids")  # [blocks, B, B, K]; only [..., :1] in shards loaded at T = 0
+        self.top1_ids = None if self.topk_ids is None else self.topk_ids[..., 0]
         self.block_start = tensors.get("block_start")  # absent in shards collected before it was recorded
         self.prompt = tensors["prompt"].long()
         self.conf = tensors["confidence"]
@@ -71,10 +72,13 @@ class Trajectories:
         for path in paths:
             with safe_open(str(path), "pt") as f:
                 meta = f.metadata() or {}
-                names = ["topk_probs", "confidence", "masked", "order", "prompt"]
-                if float(meta.get("temperature", 0)) > 0:  # the noise coordinates; T = 0 needs none
-                    names += ["topk_ids", "block_start"]
-                parts.append({k: f.get_tensor(k) for k in names if k in f.keys()})
+                names = ["topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start"]
+                part = {k: f.get_tensor(k) for k in names if k in f.keys()}
+                if float(meta.get("temperature", 0)) == 0 and "topk_ids" in part:
+                    # the noise coordinates are needed at T > 0 only; every shard keeps its top-1 ids
+                    part["topk_ids"] = part["topk_ids"][..., :1].clone()
+                    part.pop("block_start", None)
+                parts.append(part)
                 metas.append(meta)
         for key in ("block_size", "temperature", "seed"):
             if len({m.get(key) for m in metas}) > 1:
@@ -88,14 +92,15 @@ class Trajectories:
                    seed=int(metas[0].get("seed", 0)))
 
     def batch(self, blocks, k, d):
-        """Model inputs (probs, conf, stale masked, node masked, depth, resampled) and labels for examples
-        (block, stale step k, depth d); k + 1 + d < B. `resampled` is None when a T > 0 shard lacks the noise
-        coordinates."""
+        """Model inputs (probs, conf, stale masked, node masked, depth, resampled, top-1 ids) and labels for
+        examples (block, stale step k, depth d); k + 1 + d < B. `resampled` is None when a T > 0 shard lacks the
+        noise coordinates, the ids when a shard lacks top-K ids."""
         t = k + 1 + d
         node_masked = self.rank[blocks] >= t[:, None]
         probs = self.topk[blocks, k].float()
         resampled = self._resampled(probs, blocks, k, t)
-        inputs = (probs, self.conf[blocks, k], self.masked[blocks, k], node_masked, d, resampled)
+        top_ids = None if self.top1_ids is None else self.top1_ids[blocks, k].long()
+        inputs = (probs, self.conf[blocks, k], self.masked[blocks, k], node_masked, d, resampled, top_ids)
         return inputs, self.order[blocks, t]
 
     def _resampled(self, probs, blocks, k, t):
