@@ -7,7 +7,7 @@ Read from `generate` down: decode.py (the loop) -> tree.py (draft trees) -> draf
 from pathlib import Path
 
 from .decode import METHODS, DecodeStats, GenerateOutput, generate
-from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures
+from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .loading import load_model, load_target, save_model
 from .model import BlockDiffusionLM, ModelConfig
 from .order_model import WEIGHTS_DIR as ORDER_WEIGHTS
@@ -26,6 +26,6 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter:
 
 __all__ = [
     "METHODS", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput", "LearnedDrafter",
-    "ModelConfig", "ModelTarget", "OrderModel", "OrderModelConfig", "OracleDrafter", "Session", "StaleFeatures", "Target", "generate", "load_drafter",
-    "load_model", "load_target", "save_model",
+    "ModelConfig", "ModelTarget", "NoiseCoordinates", "OrderModel", "OrderModelConfig", "OracleDrafter", "Session",
+    "StaleFeatures", "Target", "generate", "load_drafter", "load_model", "load_target", "save_model",
 ]

@@ -17,7 +17,7 @@ import torch
 
 import spot_kernels
 
-from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures
+from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .target import Target
 from .tree import Tree, grow_tree
 
@@ -136,7 +136,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                 confidence=conf.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
                 masked=masked.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
                 block_start=block_start, block_index=blk, confidence_kind=confidence,
-                noise=(seed, rows, step, float(temperature)))
+                noise=NoiseCoordinates(seed, rows, step, float(temperature)))
             if on_pass is not None:
                 on_pass(blk, step - n_acc, stale)
             t_end = time.perf_counter()

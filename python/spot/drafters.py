@@ -9,9 +9,19 @@ children always come from the stale top-K with coupled noise, never from the dra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
+
+
+class NoiseCoordinates(NamedTuple):
+    """The coupled noise of a tree grown from a pass (DESIGN §2.3): a node at depth d commits with step
+    root_step + d."""
+
+    seed: int
+    rows: torch.Tensor  # [batch] int64 noise row of each sequence
+    root_step: torch.Tensor  # [batch] int64 commits already in the root's block
+    temperature: float
 
 
 @dataclass
@@ -26,9 +36,7 @@ class StaleFeatures:
     block_start: torch.Tensor  # [batch] int64, absolute position of block position 0
     block_index: int  # which block of the generation (0-based)
     confidence_kind: str = "prob"
-    # (seed, rows [batch], root_step [batch], temperature): the coupled noise of the tree grown from this pass; a
-    # node at depth d below the root commits with step root_step + d. None when unknown.
-    noise: tuple | None = None
+    noise: NoiseCoordinates | None = None  # None when unknown
 
 
 @runtime_checkable

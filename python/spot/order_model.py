@@ -155,10 +155,10 @@ class LearnedDrafter:
         if self.model.cfg.resampled:
             if stale.noise is None:
                 raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
-            seed, rows, root_step, temperature = stale.noise
-            resampled = resampled_confidence(probs, stale.topk_ids[node_row].to(dev), seed, rows[node_row].to(dev),
-                                             stale.block_start[node_row].to(dev),
-                                             (root_step[node_row] + depth).to(dev), temperature)
+            noise = stale.noise
+            resampled = resampled_confidence(probs, stale.topk_ids[node_row].to(dev), noise.seed,
+                                             noise.rows[node_row].to(dev), stale.block_start[node_row].to(dev),
+                                             (noise.root_step[node_row] + depth).to(dev), noise.temperature)
         top_ids = stale.topk_ids[node_row, :, 0].to(dev) if self.model.cfg.token_buckets else None
         logits = self.model(probs, stale.confidence[node_row].to(dev), stale.masked[node_row].to(dev),
                             node_masked.to(dev), depth.to(dev), resampled, top_ids)
