@@ -30,3 +30,27 @@ def test_generate_prints_text_and_stats(capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "def add(a, b):" in text and "standard" in text and "confidence" in text and "passes" in text
+
+
+
+def test_bench_spot_with_a_drafter_directory(tmp_path, monkeypatch):
+    """--drafter DIR runs method spot with the drafter in DIR, on --device, and stays exact; a directory without
+    one is a clear error."""
+    import pytest
+    import torch
+
+    import spot
+    from spot.order_model import OrderModel, OrderModelConfig, save_order_model
+
+    torch.manual_seed(0)
+    save_order_model(OrderModel(OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)), tmp_path / "d")
+    loaded, real = [], spot.load_drafter
+    monkeypatch.setattr(spot, "load_drafter", lambda name, device: loaded.append((name, device)) or real(name))
+    args = ["bench", "--target", "random", "--num-prompts", "2", "--max-new-tokens", "8", "--block-size", "4",
+            "--budget", "4", "--methods", "standard,spot", "--quiet"]
+    assert main([*args, "--drafter", str(tmp_path / "d"), "--json", str(tmp_path / "r.json")]) == 0
+    assert loaded == [(str(tmp_path / "d"), "cpu")]
+    assert json.loads((tmp_path / "r.json").read_text())["methods"]["spot"]["exact_match_vs_standard"] is True
+    monkeypatch.setattr(spot, "load_drafter", real)
+    with pytest.raises(FileNotFoundError, match="no order drafter"):
+        main([*args, "--drafter", str(tmp_path / "missing")])

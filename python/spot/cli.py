@@ -19,8 +19,14 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _drafter_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drafter", default="default",
+                   help="order drafter of method spot: 'default' (shipped) or a directory from `spot train-drafter`")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     _target_args(p)
+    _drafter_arg(p)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
@@ -57,11 +63,11 @@ def _settings(a) -> dict:
                 eos_id=None if a.ignore_eos else -1)
 
 
-def _drafter(methods):
+def _drafter(methods, a):
     if "spot" not in methods:
         return None
     from . import load_drafter
-    return load_drafter()
+    return load_drafter(a.drafter, device=a.device)
 
 
 def _prompts(a, target) -> list[list[int]]:
@@ -99,7 +105,7 @@ def cmd_generate(a) -> int:
     methods = _methods(a.methods)
     prompts = _prompts(a, target)[:1]
     tok = target.tokenizer
-    drafter = _drafter(methods)
+    drafter = _drafter(methods, a)
     if tok is not None:
         print(f"--- prompt ---\n{tok.decode(prompts[0])}")
     warm_up(target, prompts[0])
@@ -120,7 +126,7 @@ def cmd_bench(a) -> int:
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     methods = _methods(a.methods)
     prompts = _prompts(a, target)
-    report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods),
+    report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods, a),
                        progress=not a.quiet, **_settings(a))
     report["settings"]["target"] = a.target
     print(format_report(report))
@@ -226,7 +232,7 @@ def cmd_tune(a) -> int:
     # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
     texts = [p["text"] for p in build_prompts(a.corpus, TUNE_POOL, split="train")[-a.num_prompts:]]
     prompts = [target.tokenizer.encode(t) for t in texts]
-    drafter = _drafter(["spot"])
+    drafter = _drafter(["spot"], a)
     for B in _ints(a.block_sizes):
         print(f"tune: block size {B}, {len(prompts)} prompts, {a.max_new_tokens} new tokens, device {a.device}")
         result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
@@ -308,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_evaluate_drafter)
     u = sub.add_parser("tune", help="measure the cost model and store the best tree budget for this device")
     _target_args(u)
+    _drafter_arg(u)
     u.add_argument("--block-sizes", default="16,32")
     u.add_argument("--budgets", default="1,2,4,8,16,32")
     u.add_argument("--num-prompts", type=int, default=4)
