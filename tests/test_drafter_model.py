@@ -55,7 +55,7 @@ def random_inputs(n, B, K=32, seed=0, dtype=torch.float32):
 
 def test_default_size_and_forward_shapes():
     """The base architecture (3 layers, d_model 128, 8 heads) has 630913 parameters (631169 reading the resampled
-    confidence too, as shipped); logits are [N, B] float32,
+    confidence too, 668033 with the token embedding as well, as shipped); logits are [N, B] float32,
     -inf exactly on positions the node has committed and finite on its masked ones, for B = 16, 32, 64 and N = 0."""
     torch.manual_seed(0)
     model = OrderModel().eval()
@@ -63,6 +63,8 @@ def test_default_size_and_forward_shapes():
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.top_k, cfg.max_block) == (3, 128, 8, 32, 64)
     assert sum(p.numel() for p in model.parameters()) == 630913
     assert sum(p.numel() for p in OrderModel(OrderModelConfig(resampled=True)).parameters()) == 631169
+    shipped = OrderModelConfig(resampled=True, token_buckets=1024)
+    assert sum(p.numel() for p in OrderModel(shipped).parameters()) == 668033
     for B in (16, 32, 64):
         probs, conf, stale, node, depth = random_inputs(5, B, seed=B)
         with torch.no_grad():

@@ -53,7 +53,8 @@ def test_shipped_drafter_loads():
     cfg = drafter.model.cfg
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads) == (3, 128, 8)
     assert cfg.resampled  # reads the coupled noise of each node's step
-    assert sum(p.numel() for p in drafter.model.parameters()) == 631_169
+    assert cfg.token_buckets == 1024  # and the stale top-1 token ids
+    assert sum(p.numel() for p in drafter.model.parameters()) == 668_033
 
 
 @pytest.mark.parametrize("dtype,block_size,temperature", [("float64", 16, 1.0), ("float64", 32, 0.0),
