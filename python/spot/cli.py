@@ -177,7 +177,7 @@ def _load_trajectories(a) -> list:
     traj-B{B}-T{T}[-r{R}], load as one shard."""
     import glob
 
-    from .train_drafter import Trajectories
+    from .train_drafter import Trajectories, pair_name
 
     paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
     if a.block_sizes:
@@ -186,7 +186,7 @@ def _load_trajectories(a) -> list:
         raise SystemExit(f"no trajectories in {a.data}: run `spot collect` first")
     runs: dict[str, list[str]] = {}
     for p in paths:
-        runs.setdefault(Path(p).stem.split("-r")[0], []).append(p)
+        runs.setdefault(pair_name(p), []).append(p)
     return [Trajectories.load(group, a.heldout_every) for group in runs.values()]
 
 

@@ -89,8 +89,8 @@ def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), 
                 bar.update(len(batch))
             bar.close()
             shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}
-            meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed),
-                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts)), "first_row": str(first_row)}
+            meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed), "first_row": str(first_row),
+                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts))}
             save_file(shard, str(path), metadata=meta)
             paths.append(path)
     return paths

@@ -9,6 +9,7 @@ to new text, not to new steps of seen text.
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -37,6 +38,11 @@ class DrafterTrainConfig:
     # of signal per example (0 turns it off).
     soft_weight: float = 0.0
     soft_temperature: float = 0.25
+
+
+def pair_name(path) -> str:
+    """traj-B{B}-T{T} of a shard file traj-B{B}-T{T}[-r{R}].safetensors: the runs of one pair share it."""
+    return re.sub(r"-r\d+$", "", Path(path).stem)
 
 
 class Trajectories:
@@ -87,7 +93,7 @@ class Trajectories:
         if len(prompts.unique()) < len(prompts):
             raise ValueError(f"shards {[str(p) for p in paths]} repeat prompt numbers")
         tensors = {k: torch.cat([t[k] for t in parts]) for k in parts[0] if all(k in t for t in parts)}
-        name = Path(paths[0]).stem.split("-r")[0]
+        name = pair_name(paths[0])
         return cls(tensors, heldout_every, name, temperature=float(metas[0].get("temperature", 0)),
                    seed=int(metas[0].get("seed", 0)))
 
