@@ -50,7 +50,9 @@ def test_bench_spot_with_a_drafter_directory(tmp_path, monkeypatch):
             "--budget", "4", "--methods", "standard,spot", "--quiet"]
     assert main([*args, "--drafter", str(tmp_path / "d"), "--json", str(tmp_path / "r.json")]) == 0
     assert loaded == [(str(tmp_path / "d"), "cpu")]
-    assert json.loads((tmp_path / "r.json").read_text())["methods"]["spot"]["exact_match_vs_standard"] is True
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["methods"]["spot"]["exact_match_vs_standard"] is True
+    assert report["settings"]["drafter"] == str(tmp_path / "d")
     monkeypatch.setattr(spot, "load_drafter", real)
     with pytest.raises(FileNotFoundError, match="no order drafter"):
         main([*args, "--drafter", str(tmp_path / "missing")])

@@ -129,6 +129,8 @@ def cmd_bench(a) -> int:
     report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods, a),
                        progress=not a.quiet, **_settings(a))
     report["settings"]["target"] = a.target
+    if "spot" in methods:
+        report["settings"]["drafter"] = a.drafter
     print(format_report(report))
     if a.json:
         write_json(report, a.json)
