@@ -74,16 +74,16 @@ class Trajectories:
         """One shard file, or several runs of one (block size, temperature) pair merged (prompt numbers must not
         repeat: see `spot collect --skip-prompts`)."""
         paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        names = ["topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start"]
         parts, metas = [], []
         for path in paths:
             with safe_open(str(path), "pt") as f:
                 meta = f.metadata() or {}
-                names = ["topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start"]
-                part = {k: f.get_tensor(k) for k in names if k in f.keys()}
-                if float(meta.get("temperature", 0)) == 0 and "topk_ids" in part:
-                    # the noise coordinates are needed at T > 0 only; every shard keeps its top-1 ids
-                    part["topk_ids"] = part["topk_ids"][..., :1].clone()
-                    part.pop("block_start", None)
+                greedy = float(meta.get("temperature", 0)) == 0  # the noise coordinates are needed at T > 0 only
+                skip = {"topk_ids", "block_start"} if greedy else set()
+                part = {k: f.get_tensor(k) for k in names if k in f.keys() and k not in skip}
+                if greedy and "topk_ids" in f.keys():  # read only the top-1 ids, not the whole top-K
+                    part["topk_ids"] = f.get_slice("topk_ids")[:, :, :, :1]
                 parts.append(part)
                 metas.append(meta)
         for key in ("block_size", "temperature", "seed"):
