@@ -520,6 +520,11 @@ def test_training_prompts_skip_earlier_runs(tmp_path):
     assert first_row == 16 and len(set(texts)) == 100 and not set(texts) & (skipped | reserve)
     with pytest.raises(ValueError, match="training prompts are left"):
         training_prompts(tmp_path, 200 - TUNE_RESERVE, (16,))
+    # A third run after the second: none of either run's prompts, rows after the second's.
+    more, more_row = training_prompts(tmp_path, 20, (16, 8), skip_fresh=100)
+    assert more_row == 116 and len(set(more)) == 20 and not set(more) & (set(texts) | skipped | reserve)
+    with pytest.raises(ValueError, match="name those runs"):
+        training_prompts(tmp_path, 20, skip_fresh=100)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -164,7 +164,8 @@ def cmd_collect(a) -> int:
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     if target.tokenizer is None:
         raise SystemExit("collect needs a target with the shipped tokenizer (prompts come from the corpus)")
-    texts, first_row = training_prompts(a.corpus, a.num_prompts, _ints(a.skip_prompts) if a.skip_prompts else ())
+    skip = _ints(a.skip_prompts) if a.skip_prompts else ()
+    texts, first_row = training_prompts(a.corpus, a.num_prompts, skip, a.skip_fresh)
     prompts = [target.tokenizer.encode(t) for t in texts]
     print(f"collect: {len(prompts)} training prompts (rows from {first_row}) -> {a.out}")
     paths = collect(target, prompts, a.out, block_sizes=_ints(a.block_sizes), temperatures=_floats(a.temperatures),
@@ -278,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--num-prompts", type=int, default=256, help="training-split prompts to decode")
     c.add_argument("--skip-prompts", default="",
                    help="comma-separated --num-prompts of earlier runs: collect further prompts, none of theirs")
+    c.add_argument("--skip-fresh", type=int, default=0,
+                   help="with --skip-prompts: the --num-prompts of earlier runs made with the same --skip-prompts")
     c.add_argument("--block-sizes", default="16,32")
     c.add_argument("--temperatures", default="0,1")
     c.add_argument("--max-new-tokens", type=int, default=256)

@@ -40,18 +40,22 @@ def build_prompts(corpus_dir, count: int = 64, split: str = "heldout") -> list[d
     return [item for _, _, item in sorted(keyed, key=lambda t: t[:2])]
 
 
-def training_prompts(corpus_dir, count: int, skip=()) -> tuple[list[str], int]:
+def training_prompts(corpus_dir, count: int, skip=(), skip_fresh: int = 0) -> tuple[list[str], int]:
     """`count` training-split prompts for `spot collect` and their first row number. `skip` names earlier runs by
     their count: their prompts are left out and the new rows follow theirs, so shards of several runs merge
-    without repeating a prompt or a noise row. The last TUNE_RESERVE prompts of the pool stay for `spot tune`."""
+    without repeating a prompt or a noise row. `skip_fresh` names earlier runs made with the same `skip`: the
+    first `skip_fresh` fresh prompts are theirs. The last TUNE_RESERVE prompts of the pool stay for `spot tune`."""
     if not skip:
+        if skip_fresh:
+            raise ValueError("skip_fresh counts prompts after skipped runs; name those runs in skip")
         return [p["text"] for p in build_prompts(corpus_dir, count, split="train")], 0
     seen = {p["text"] for k in skip for p in build_prompts(corpus_dir, k, split="train")}
     pool = [p["text"] for p in build_prompts(corpus_dir, TUNE_POOL, split="train")[:-TUNE_RESERVE]]
-    fresh = [t for t in pool if t not in seen]
+    fresh = [t for t in pool if t not in seen][skip_fresh:]
     if len(fresh) < count:
-        raise ValueError(f"only {len(fresh)} training prompts are left after skipping {list(skip)}; asked {count}")
-    return fresh[:count], max(skip)
+        raise ValueError(f"only {len(fresh)} training prompts are left after skipping {list(skip)} "
+                         f"and {skip_fresh} more; asked {count}")
+    return fresh[:count], max(skip) + skip_fresh
 
 
 def held_out_prompts(count: int | None = None) -> list[str]:
