@@ -56,3 +56,23 @@ def test_bench_spot_with_a_drafter_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(spot, "load_drafter", real)
     with pytest.raises(FileNotFoundError, match="no order drafter"):
         main([*args, "--drafter", str(tmp_path / "missing")])
+
+
+def test_bench_prompts_file_decodes_every_line_unless_num_prompts(tmp_path):
+    """--prompts-file gives every line (\\n escapes as newlines) unless --num-prompts cuts it; without either,
+    bench takes BENCH_PROMPTS held-out prompts."""
+    from types import SimpleNamespace
+
+    from spot.cli import BENCH_PROMPTS, _prompts, build_parser
+    from spot.prompts import held_out_prompts
+
+    tok = SimpleNamespace(encode=lambda text: [ord(c) for c in text])
+    target = SimpleNamespace(tokenizer=tok, vocab_size=256)
+    lines = [f"prompt {i}\\nline two" for i in range(BENCH_PROMPTS + 3)]
+    (tmp_path / "p.txt").write_text("\n".join(lines) + "\n")
+    bench = ["bench", "--prompts-file", str(tmp_path / "p.txt")]
+    every = _prompts(build_parser().parse_args(bench), target)
+    assert every == [tok.encode(line.replace("\\n", "\n")) for line in lines]
+    assert _prompts(build_parser().parse_args([*bench, "--num-prompts", "2"]), target) == every[:2]
+    default = _prompts(build_parser().parse_args(["bench"]), target)
+    assert default == [tok.encode(t) for t in held_out_prompts(BENCH_PROMPTS)]

@@ -70,8 +70,13 @@ def _drafter(methods, a):
     return load_drafter(a.drafter, device=a.device)
 
 
+BENCH_PROMPTS = 8  # `spot bench` without --num-prompts or --prompts-file
+
+
 def _prompts(a, target) -> list[list[int]]:
+    """--prompts-file (all its lines unless --num-prompts), --prompt, the shipped held-out prompts, or random ids."""
     tok = getattr(target, "tokenizer", None)
+    count = getattr(a, "num_prompts", 1)
     texts = None
     if getattr(a, "prompts_file", None):
         with open(a.prompts_file) as f:
@@ -81,14 +86,14 @@ def _prompts(a, target) -> list[list[int]]:
     if texts is not None:
         if tok is None:
             raise SystemExit("this target has no tokenizer: use --prompt-len for random token prompts")
-        return [tok.encode(t) for t in texts][: getattr(a, "num_prompts", None) or None]
-    held_out = _held_out_prompts(target, a)
+        return [tok.encode(t) for t in texts][:count]
+    held_out = _held_out_prompts(target, count or BENCH_PROMPTS)
     if held_out:
         return held_out
-    return random_prompts(target.vocab_size, getattr(a, "num_prompts", 1), a.prompt_len, a.seed)
+    return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
 
 
-def _held_out_prompts(target, a):
+def _held_out_prompts(target, count: int):
     """Held-out prompts shipped with the package, when the target has the shipped tokenizer."""
     try:
         from .prompts import held_out_prompts
@@ -96,7 +101,7 @@ def _held_out_prompts(target, a):
         return None
     if getattr(target, "tokenizer", None) is None:
         return None
-    texts = held_out_prompts(getattr(a, "num_prompts", 1))
+    texts = held_out_prompts(count)
     return [target.tokenizer.encode(t) for t in texts] or None
 
 
@@ -266,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(b)
     b.set_defaults(methods="standard,confidence,spot,oracle")
     b.add_argument("--prompts-file", help="one prompt per line (\\n for newlines)")
-    b.add_argument("--num-prompts", type=int, default=8)
+    b.add_argument("--num-prompts", type=int,
+                   help=f"prompts to decode (default: every line of --prompts-file, else {BENCH_PROMPTS})")
     b.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")
     b.add_argument("--batch-size", type=int, default=1)
     b.add_argument("--json", help="write the report here")
