@@ -185,7 +185,8 @@ def _load_trajectories(a) -> list:
     traj-B{B}-T{T}[-r{R}], load as one shard."""
     import glob
 
-    from .train_drafter import Trajectories, pair_name
+    from .collect import pair_name
+    from .train_drafter import Trajectories
 
     paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
     if a.block_sizes:

@@ -18,6 +18,7 @@ with
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -61,6 +62,11 @@ class TrajectoryRecorder:
             "block_index": torch.tensor(done, dtype=torch.int32).repeat(b),
             "block_start": torch.stack([self.starts[blk] for blk in done], 1).flatten().to(torch.int64).cpu(),
         }
+
+
+def pair_name(path) -> str:
+    """traj-B{B}-T{T} of a shard file traj-B{B}-T{T}[-r{R}].safetensors: the runs of one pair share it."""
+    return re.sub(r"-r\d+$", "", Path(path).stem)
 
 
 def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),

@@ -9,7 +9,6 @@ to new text, not to new steps of seen text.
 from __future__ import annotations
 
 import math
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from tqdm import tqdm
 
+from .collect import pair_name
 from .order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
 
 
@@ -38,11 +38,6 @@ class DrafterTrainConfig:
     # of signal per example (0 turns it off).
     soft_weight: float = 0.0
     soft_temperature: float = 0.25
-
-
-def pair_name(path) -> str:
-    """traj-B{B}-T{T} of a shard file traj-B{B}-T{T}[-r{R}].safetensors: the runs of one pair share it."""
-    return re.sub(r"-r\d+$", "", Path(path).stem)
 
 
 class Trajectories:
