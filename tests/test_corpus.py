@@ -9,8 +9,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from spot import corpus
-from spot.corpus import build_corpus, check_math_text, chunk_python_source, math_problem, read_documents, split_of
+from spot.build import corpus
+from spot.build.corpus import build_corpus, check_math_text, chunk_python_source, math_problem, read_documents, split_of
 
 SMALL = dict(total_mb=0.25, max_files=6, heldout_fraction=0.2)
 
@@ -125,7 +125,7 @@ def test_long_class_is_chunked_into_valid_python():
 
 # ------------------------------------------------------------------------------------------- tokenizer
 
-tokenizer_mod = pytest.importorskip("spot.tokenizer")
+tokenizer_mod = pytest.importorskip("spot.build.tokenizer")
 
 
 @pytest.fixture(scope="module")

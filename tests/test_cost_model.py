@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import spot
-from spot.cost_model import (FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate,
-                             save_tuning, time_target_pass, tune)
+from spot.budgets import FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate
+from spot.build.tune import save_tuning, time_target_pass, tune
 from test_decode import PROMPTS, sharp_target
 
 

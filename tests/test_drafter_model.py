@@ -13,15 +13,15 @@ from safetensors.torch import load_file
 
 import spot
 from spot.cli import main
-from spot.collect import collect
+from spot.build.collect import collect
 from spot.model import ModelConfig
-from spot.prompts import TUNE_POOL, TUNE_RESERVE, build_prompts, training_prompts
+from spot.build.prompts import TUNE_POOL, TUNE_RESERVE, build_prompts, training_prompts
 import spot_kernels
 from spot.order_model import (LearnedDrafter, OrderModel, OrderModelConfig, load_order_model, order_features,
                               resampled_confidence, save_order_model, with_resampled_inputs,
                               with_token_inputs)
 from spot.target import Session, Target
-from spot.train_drafter import (DrafterTrainConfig, Trajectories, evaluate, example_weights, format_evaluation,
+from spot.build.train_drafter import (DrafterTrainConfig, Trajectories, evaluate, example_weights, format_evaluation,
                                 order_loss, soft_targets, train_drafter)
 from test_decode import sharp_target
 
@@ -495,12 +495,12 @@ def test_cli_merges_runs_for_training_and_evaluation(tmp_path, capsys):
     collect(target, COLLECT_PROMPTS[:2], tmp_path / "runs", **kw)
     collect(target, COLLECT_PROMPTS[2:], tmp_path / "runs", first_row=2, **kw)
     data = ["--data", str(tmp_path / "runs"), "--heldout-every", "2"]
-    assert main(["train-drafter", *data, "--steps", "2", "--batch-size", "4", "--eval-every", "1",
+    assert main(["build", "drafter", *data, "--steps", "2", "--batch-size", "4", "--eval-every", "1",
                  "--out", str(tmp_path / "drafter"), "--quiet"]) == 0
     assert "traj-B4-T1 (2 train / 4 held-out blocks)" in capsys.readouterr().out
     model, shard = load_order_model(tmp_path / "drafter"), Trajectories.load(sorted((tmp_path / "runs").iterdir()), 2)
     for split in ("heldout", "train"):
-        assert main(["evaluate-drafter", "--drafter", str(tmp_path / "drafter"), *data, "--split", split]) == 0
+        assert main(["build", "evaluate", "--drafter", str(tmp_path / "drafter"), *data, "--split", split]) == 0
         lines = capsys.readouterr().out.strip().splitlines()
         ev = evaluate(model, shard, heldout=split == "heldout")
         assert lines == [f"traj-B4-T1 ({'held-out' if split == 'heldout' else 'training'} blocks): "

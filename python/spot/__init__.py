@@ -17,10 +17,10 @@ from .target import ModelTarget, Session, Target
 
 def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter:
     """The learned order drafter for method="spot": "default" is the one shipped for the embedded target (built by
-    `spot collect` + `spot train-drafter`); otherwise a directory holding drafter.safetensors + drafter.json."""
+    `spot build collect` + `spot build drafter`); otherwise a directory holding drafter.safetensors + drafter.json."""
     directory = ORDER_WEIGHTS if name == "default" else Path(name)
     if not (directory / "drafter.safetensors").is_file():
-        raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot train-drafter`")
+        raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot build drafter`")
     return LearnedDrafter(load_order_model(directory).to(device))
 
 

@@ -67,7 +67,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
     uncounted, to find them).
     on_pass: an optional callable(block_index, step, stale) called after every pass with the commit step of
-    each row before the pass and the StaleFeatures it produced (`spot collect` records trajectories with it).
+    each row before the pass and the StaleFeatures it produced (`spot build collect` records trajectories with it).
     score_all_nodes: score every tree node in one call (default on accelerators) or only the chain verification
     can reach (default on CPU, where each scored row costs time); the tokens are the same either way.
     """

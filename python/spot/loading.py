@@ -70,7 +70,7 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
             model = BlockDiffusionLM(cfg)
     elif name == "default":
         if not embedded_target_available():
-            raise FileNotFoundError(f"no embedded target weights in {WEIGHTS_DIR}; train them with `spot train-target`")
+            raise FileNotFoundError(f"no embedded target weights in {WEIGHTS_DIR}; train them with `spot build target`")
         model = load_model(WEIGHTS_DIR)
     elif Path(name).is_dir():
         model = load_model(name)

@@ -1,36 +1,21 @@
-"""Byte-level BPE tokenizer of the embedded target, and the token streams it is trained on.
+"""The embedded target's byte-level BPE tokenizer: `load_tokenizer()` loads the shipped assets/tokenizer.json.
 
-* ``train_tokenizer(corpus_dir, vocab_size=4096)`` trains a byte-level BPE (``tokenizers`` library) on the train
-  split of a corpus built by ``spot.corpus``. Ids 0, 1, 2 are the special tokens ``<|pad|>``, ``<|eos|>``,
-  ``<|mask|>``; then the 256 byte symbols; then merges. No normaliser, no lowercasing: decode(encode(text)) == text.
-  The pre-tokeniser keeps a newline together with the indentation that follows it (``"\\n" + 8 spaces`` is one
-  piece, and usually one token), keeps ``snake_case`` identifiers whole, and splits numbers into single digits.
-* ``load_tokenizer(path=None)`` loads the shipped ``spot/assets/tokenizer.json`` (or ``path``) into ``Tokenizer``.
-* ``encode_documents(corpus_dir, tokenizer, split)`` -> ``numpy.uint16`` ids of a split with ``<|eos|>`` after every
-  document, cached as ``tokens_<split>.npy`` next to the corpus.
-
-Command: ``python -m spot.tokenizer --corpus .cache/corpus --out python/spot/assets/tokenizer.json --encode``.
+Ids 0, 1, 2 are the special tokens ``<|pad|>``, ``<|eos|>``, ``<|mask|>``; then the 256 byte symbols; then merges.
+No normaliser, no lowercasing: decode(encode(text)) == text. The pre-tokeniser keeps a newline together with the
+indentation that follows it, keeps ``snake_case`` identifiers whole, and splits numbers into single digits.
+Training it, and encoding a corpus for target training, is the offline pipeline's job (`spot.build.tokenizer`).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import os
-import time
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
-import numpy as np
-
-__all__ = [
-    "PAD", "EOS", "MASK", "SPECIAL_TOKENS", "PRETOKENIZE_PATTERN", "DEFAULT_PATH",
-    "Tokenizer", "load_tokenizer", "train_tokenizer", "encode_documents",
-]
+__all__ = ["PAD", "EOS", "MASK", "SPECIAL_TOKENS", "PRETOKENIZE_PATTERN", "DEFAULT_PATH", "Tokenizer", "load_tokenizer"]
 
 PAD, EOS, MASK = "<|pad|>", "<|eos|>", "<|mask|>"
 SPECIAL_TOKENS = (PAD, EOS, MASK)  # ids 0, 1, 2 in this order
-DEFAULT_VOCAB_SIZE = 4096
 DEFAULT_PATH = Path(__file__).resolve().parent / "assets" / "tokenizer.json"
 
 # Pre-tokenisation (Oniguruma syntax, applied before the byte-level mapping). In order of preference:
@@ -55,19 +40,6 @@ def _require_tokenizers():
     except ImportError as e:  # pragma: no cover - declared dependency
         raise ImportError("spot.tokenizer needs the 'tokenizers' package (pip install tokenizers)") from e
     return tokenizers
-
-
-def _empty_bpe():
-    tokenizers = _require_tokenizers()
-    from tokenizers import Regex, decoders, models, pre_tokenizers
-
-    tk = tokenizers.Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False, trim_offsets=False),
-    ])
-    tk.decoder = decoders.ByteLevel()
-    return tk
 
 
 class Tokenizer:
@@ -158,141 +130,5 @@ def load_tokenizer(path: str | os.PathLike | None = None) -> Tokenizer:
     tokenizers = _require_tokenizers()
     p = Path(path) if path is not None else DEFAULT_PATH
     if not p.is_file():
-        raise FileNotFoundError(f"tokenizer file not found: {p} (build it with `python -m spot.tokenizer`)")
+        raise FileNotFoundError(f"tokenizer file not found: {p} (build it with `spot build tokenizer`)")
     return Tokenizer(tokenizers.Tokenizer.from_file(str(p)), p)
-
-
-def _iter_texts(corpus_dir: str | os.PathLike, split: str) -> Iterator[str]:
-    from .corpus import read_documents
-
-    for rec in read_documents(corpus_dir, split):
-        yield rec["text"]
-
-
-def train_tokenizer(corpus_dir: str | os.PathLike, vocab_size: int = DEFAULT_VOCAB_SIZE,
-                    min_frequency: int = 2, texts: Iterable[str] | None = None) -> Tokenizer:
-    """Train the byte-level BPE on the train split of ``corpus_dir`` (or on ``texts`` when given).
-
-    Deterministic: the same texts in the same order give the same file (checked by the tests and by training twice)."""
-    if vocab_size < len(SPECIAL_TOKENS) + 256 + 1:
-        raise ValueError(f"vocab_size must be > {len(SPECIAL_TOKENS) + 256}, got {vocab_size}")
-    if vocab_size > 65536:
-        raise ValueError(f"vocab_size must be <= 65536 (token streams are uint16), got {vocab_size}")
-    _require_tokenizers()
-    from tokenizers import pre_tokenizers, trainers
-
-    tk = _empty_bpe()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    if texts is None:
-        texts = _iter_texts(corpus_dir, "train")
-    tk.train_from_iterator(texts, trainer=trainer)
-    return Tokenizer(tk)
-
-
-def _split_fingerprint(corpus_dir: Path, split: str) -> str:
-    """The corpus manifest's checksum of the split file when present, else a hash of the file."""
-    man = corpus_dir / "manifest.json"
-    if man.is_file():
-        try:
-            return json.loads(man.read_text())["splits"][split]["sha256"]
-        except (KeyError, ValueError):
-            pass
-    h = hashlib.sha256()
-    with open(corpus_dir / f"{split}.jsonl", "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def encode_documents(corpus_dir: str | os.PathLike, tokenizer: Tokenizer | None = None, split: str = "train",
-                     cache: bool = True, batch_docs: int = 2048) -> np.ndarray:
-    """All documents of ``split`` as one ``uint16`` array: doc_0 <|eos|> doc_1 <|eos|> ... doc_n <|eos|>.
-
-    With ``cache`` the array is saved as ``<corpus_dir>/tokens_<split>.npy`` (plus a ``.json`` key naming the
-    tokenizer and corpus checksums) and reused while both match."""
-    from .corpus import SPLITS, read_documents
-
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    tok = tokenizer if tokenizer is not None else load_tokenizer()
-    if not isinstance(tok, Tokenizer):
-        raise TypeError(f"tokenizer must be a spot.tokenizer.Tokenizer, got {type(tok).__name__}")
-    if tok.vocab_size > 65536:
-        raise ValueError(f"tokenizer vocab_size {tok.vocab_size} does not fit uint16")
-    corpus_dir = Path(corpus_dir)
-    npy = corpus_dir / f"tokens_{split}.npy"
-    meta_path = corpus_dir / f"tokens_{split}.json"
-    key = {"tokenizer_sha256": tok.fingerprint(), "corpus_sha256": _split_fingerprint(corpus_dir, split),
-           "layout": "doc <|eos|> per document", "eos_id": tok.eos_id}
-    if cache and npy.is_file() and meta_path.is_file():
-        try:
-            meta = json.loads(meta_path.read_text())
-        except ValueError:
-            meta = {}
-        if all(meta.get(k) == v for k, v in key.items()):
-            return np.load(npy, allow_pickle=False)
-
-    parts: list[np.ndarray] = []
-    batch: list[str] = []
-    n_docs = 0
-    eos = np.array([tok.eos_id], dtype=np.uint16)
-
-    def flush():
-        for ids in tok.encode_batch(batch):
-            parts.append(np.asarray(ids, dtype=np.uint16))
-            parts.append(eos)
-        batch.clear()
-
-    for rec in read_documents(corpus_dir, split):
-        batch.append(rec["text"])
-        n_docs += 1
-        if len(batch) >= batch_docs:
-            flush()
-    if batch:
-        flush()
-    arr = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
-    if cache:
-        tmp = npy.with_suffix(".tmp.npy")
-        np.save(tmp, arr, allow_pickle=False)
-        os.replace(tmp, npy)
-        meta = dict(key, tokens=int(arr.size), documents=n_docs)
-        meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    return arr
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spot.tokenizer", description="train the byte-level BPE tokenizer")
-    ap.add_argument("--corpus", required=True, help="corpus folder built by `python -m spot.corpus`")
-    ap.add_argument("--out", default=str(DEFAULT_PATH), help="tokenizer JSON to write (default: the shipped asset)")
-    ap.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
-    ap.add_argument("--min-frequency", type=int, default=2)
-    ap.add_argument("--encode", action="store_true",
-                    help="also write tokens_train.npy / tokens_heldout.npy into the corpus folder")
-    ap.add_argument("--encode-only", action="store_true", help="skip training; encode with the tokenizer at --out")
-    a = ap.parse_args(argv)
-    if a.encode_only:
-        tok = load_tokenizer(a.out)
-    else:
-        t0 = time.perf_counter()
-        tok = train_tokenizer(a.corpus, vocab_size=a.vocab_size, min_frequency=a.min_frequency)
-        tok.save(a.out)
-        print(f"trained tokenizer (vocab {tok.vocab_size}) in {time.perf_counter() - t0:.1f}s -> {a.out} "
-              f"({Path(a.out).stat().st_size / 1e3:.0f} KB, sha256 {tok.fingerprint()[:16]})")
-        tok = load_tokenizer(a.out)
-    if a.encode or a.encode_only:
-        for split in ("train", "heldout"):
-            t0 = time.perf_counter()
-            arr = encode_documents(a.corpus, tok, split)
-            print(f"{split}: {arr.size} tokens ({time.perf_counter() - t0:.1f}s) -> "
-                  f"{Path(a.corpus) / f'tokens_{split}.npy'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""`spot train-drafter`: fit the order model to the target's recorded trajectories (see collect.py).
+"""`spot build drafter`: fit the order model to the target's recorded trajectories (see collect.py).
 
 An example is (a block's trajectory, stale step k, depth d): the drafter sees the stale features of the pass on
 state s_k and the node state s_{k+1+d}, and must name the position the target commits at s_{k+1+d}. Prompts are
@@ -20,7 +20,7 @@ from safetensors import safe_open
 from tqdm import tqdm
 
 from .collect import pair_name
-from .order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
+from ..order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Trajectories:
     @classmethod
     def load(cls, paths, heldout_every: int) -> "Trajectories":
         """One shard file, or several runs of one (block size, temperature) pair merged (prompt numbers must not
-        repeat: see `spot collect --skip-prompts`)."""
+        repeat: see `spot build collect --skip-prompts`)."""
         paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
         names = ["topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start"]
         parts, metas = [], []

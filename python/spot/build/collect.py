@@ -1,4 +1,4 @@
-"""`spot collect`: trajectories of the target's standard decoding, the order drafter's training data (DESIGN §2.4).
+"""`spot build collect`: trajectories of the target's standard decoding, the order drafter's training data (DESIGN §2.4).
 
 For every pass of a standard run (state s_k of a block, k commits made) we keep what the drafter will later see
 as stale features: per block position the top-K probabilities and ids, the sampled token, its confidence and the
@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from .decode import generate
+from ..decode import generate
 
 
 class TrajectoryRecorder:

@@ -1,25 +1,18 @@
-"""How big a draft tree should be: a measured cost model, per device and block size.
-
-A pass over N nodes yields on average c(N) commits (c grows with N and saturates) and costs t(N) seconds of target
-time plus o(N) of drafting and verification. Decoding speed is c(N) / (t(N) + o(N)) commits per second, so the
-best budget is where a bigger tree stops paying for itself: on a GPU t(N) is nearly flat up to tens of nodes, on a
-CPU it grows about linearly, and the two choose very different budgets. `spot tune` measures t, c and o on
-the device at hand and writes the winner to budgets.json; `default_budget` reads it back.
-"""
+"""`spot build tune`: measure the cost model of spot.budgets (c(N), t(N), o(N)) and store the best tree budget."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from .bench import decode_all
+from ..bench import decode_all
+from ..budgets import choose_budget, device_key, predicted_rate
 
-BUDGETS_FILE = Path(__file__).parent / "weights" / "budgets.json"
-FALLBACK_BUDGET = 16  # when nothing was measured for this device and block size
 
 
 @torch.no_grad()
@@ -39,21 +32,6 @@ def time_target_pass(target, block_size: int, nodes: int, prompt_len: int = 256,
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
     return statistics.median(times[1:])
-
-
-def predicted_rate(commits_per_pass: dict[int, float], pass_seconds: dict[int, float],
-                   overhead_seconds: dict[int, float] | None = None) -> dict[int, float]:
-    """Commits per second for every budget measured in both tables."""
-    overhead_seconds = overhead_seconds or {}
-    return {n: commits_per_pass[n] / (pass_seconds[n] + overhead_seconds.get(n, 0.0))
-            for n in sorted(commits_per_pass) if n in pass_seconds}
-
-
-def choose_budget(commits_per_pass, pass_seconds, overhead_seconds=None) -> int:
-    rate = predicted_rate(commits_per_pass, pass_seconds, overhead_seconds)
-    if not rate:
-        raise ValueError("choose_budget: no budget was measured in both tables")
-    return max(rate, key=lambda n: (rate[n], -n))  # ties: the smaller tree
 
 
 def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16, 32), max_new_tokens: int = 64,
@@ -76,25 +54,12 @@ def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16, 
                                                                                             overhead)}
 
 
-def device_key(device) -> str:
-    device = torch.device(device)
-    if device.type == "cuda":
-        return "cuda:" + torch.cuda.get_device_name(device).replace(" ", "_")
-    return device.type
-
-
-def default_budget(device, block_size: int, path=BUDGETS_FILE) -> int:
-    """The budget `spot tune` chose for this device and block size (FALLBACK_BUDGET when never measured)."""
-    try:
-        table = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        return FALLBACK_BUDGET
-    entry = table.get(device_key(device), {}).get(str(block_size))
-    return int(entry["budget"]) if entry else FALLBACK_BUDGET
-
-
-def save_tuning(result: dict, device, block_size: int, path=BUDGETS_FILE) -> None:
+def save_tuning(result: dict, device, block_size: int, path) -> None:
+    """Add this device and block size's result to the budgets table at `path` (written atomically)."""
     path = Path(path)
     table = json.loads(path.read_text()) if path.is_file() else {}
     table.setdefault(device_key(device), {})[str(block_size)] = result
-    path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)

@@ -17,11 +17,10 @@ by a SHA-256 hash of the group, so no held-out document shares a source file wit
 documents are shuffled with a fixed seed; held-out documents are sorted by id. Same interpreter + same arguments
 => the same bytes.
 
-Command: ``python -m spot.corpus --out .cache/corpus``.
+Command: ``spot build corpus`` (writes ``.cache/corpus``).
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import hashlib
 import inspect
@@ -1293,29 +1292,3 @@ def build_corpus(out_dir: str | os.PathLike, seed: int = 0, total_mb: float = DE
             if got < 0.95 * b:
                 print(f"  note: source {k!r} has {got / 1e6:.2f} MB, less than its budget {b / 1e6:.2f} MB")
     return manifest
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m spot.corpus", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="output folder (train.jsonl, heldout.jsonl, manifest.json)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--total-mb", type=float, default=DEFAULT_TOTAL_MB)
-    ap.add_argument("--mix", default=None,
-                    help="source shares, e.g. 'code=0.5,docs=0.1,math=0.4' (default %s)" % DEFAULT_MIX)
-    ap.add_argument("--heldout-fraction", type=float, default=DEFAULT_HELDOUT_FRACTION)
-    ap.add_argument("--max-files", type=int, default=None, help="read at most this many stdlib files")
-    ap.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS, help="target maximum document length")
-    args = ap.parse_args(argv)
-    mix = None
-    if args.mix:
-        mix = {}
-        for part in args.mix.split(","):
-            k, _, v = part.partition("=")
-            mix[k.strip()] = float(v)
-    build_corpus(args.out, seed=args.seed, total_mb=args.total_mb, mix=mix, heldout_fraction=args.heldout_fraction,
-                 max_files=args.max_files, max_chars=args.max_chars, verbose=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from .loading import save_model
-from .model import BlockDiffusionLM, ModelConfig
+from ..loading import save_model
+from ..model import BlockDiffusionLM, ModelConfig
 
 
 @dataclass
