@@ -6,7 +6,7 @@ import torch
 import spot
 from spot.budgets import FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate
 from spot.build.tune import save_tuning, time_target_pass, tune
-from test_decode import PROMPTS, sharp_target
+from tiny import PROMPTS, sharp_target
 
 
 def test_choice_maximises_commits_per_second():
@@ -40,8 +40,19 @@ def test_pass_timing_runs_on_a_tiny_target():
     cfg = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, n_kv_heads=1, d_ff=48, pad_id=0, eos_id=1,
                       mask_id=2)
     target = spot.load_target("random", config=cfg)
+    scored = []  # the node count of every pass, read at the session the timer drives
+    start = target.start
+
+    def spying_start(*args, **kwargs):
+        session = start(*args, **kwargs)
+        score = session.score
+        session.score = lambda states: scored.append(states.shape[1]) or score(states)
+        return session
+
+    target.start = spying_start
     t = time_target_pass(target, block_size=4, nodes=3, prompt_len=8, repeats=1)
-    assert 0 < t < 10 and torch.get_num_threads() >= 1
+    assert 0 < t < 10
+    assert scored == [1, 3, 1, 3]  # per repeat (+1 untimed): the prompt's first pass, then the timed 3-node pass
 
 
 def test_tune_measures_every_budget_and_picks_one():

@@ -8,29 +8,13 @@ import torch
 import spot
 import spot_kernels
 from spot.decode import generate
-from spot.model import BlockDiffusionLM, ModelConfig
-from spot.target import ModelTarget
 
-TINY = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
-
-
-def sharp_target(seed=0, scale=0.3, dtype=torch.float64):
-    """A tiny random target whose predictions are peaked, so drafted trees are actually accepted."""
-    torch.manual_seed(seed)
-    model = BlockDiffusionLM(TINY)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, scale)
-    return ModelTarget(model.to(dtype))
+from tiny import PROMPTS, sharp_target
 
 
 @pytest.fixture(scope="module")
 def target():
     return sharp_target()
-
-
-PROMPTS = [[5, 9, 14], [7] * 11, [3, 50, 60, 70, 80, 90, 11], [42]]
 
 
 def _run(target, prompts, method, **kw):

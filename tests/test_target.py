@@ -3,7 +3,7 @@
 import torch
 
 from spot.model import BlockDiffusionLM, KVCache
-from test_decode import TINY, sharp_target
+from tiny import TINY, sharp_target
 
 B = 4
 
@@ -55,7 +55,10 @@ def test_cache_capacity_and_parameter_count():
     model = BlockDiffusionLM(TINY)
     cache = KVCache(TINY, batch=2, capacity=10, dtype=torch.float32, device="cpu")
     assert cache.k[0].shape == (2, TINY.n_kv_heads, 10, TINY.head_dim) and len(cache.k) == TINY.n_layers
-    assert model.num_parameters() == sum(p.numel() for p in model.parameters())
+    # Closed form for TINY (V 97, d 32, 2 layers, 4 heads of 8, 2 kv heads, d_ff 64), tied embeddings:
+    attention = 32 * 32 + 2 * (32 * 16) + 32 * 32 + 2 * 8  # q, k, v, o projections; q/k norms
+    mlp = 3 * (32 * 64)  # gate, up, down
+    assert model.num_parameters() == 97 * 32 + 2 * (attention + mlp + 2 * 32) + 32
 
 
 def test_float32_root_logits_do_not_depend_on_the_tree():

@@ -1,0 +1,88 @@
+"""Tiny targets, order models and inputs shared by the decoder tests (imported by them; not a test file)."""
+
+import torch
+from spot.model import BlockDiffusionLM, ModelConfig
+from spot.order_model import OrderModel, OrderModelConfig
+from spot.target import ModelTarget, Session, Target
+
+TINY = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=64)
+PROMPTS = [[5, 9, 14], [7] * 11, [3, 50, 60, 70, 80, 90, 11], [42]]
+
+
+def sharp_target(seed=0, scale=0.3, dtype=torch.float64):
+    """A tiny random target whose predictions are peaked, so drafted trees are actually accepted."""
+    torch.manual_seed(seed)
+    model = BlockDiffusionLM(TINY)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, scale)
+    return ModelTarget(model.to(dtype))
+
+
+SMALL = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)
+
+
+def small_model(seed=0, cfg=SMALL):
+    torch.manual_seed(seed)
+    return OrderModel(cfg).eval()
+
+
+def random_inputs(n, B, K=32, seed=0, dtype=torch.float32):
+    """Stale features as the decoder hands them over: sorted top-K probabilities, the node a descendant of the
+    stale state (its masked positions a subset of the stale ones), at least one masked position per node."""
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.softmax(torch.randn(n, B, K, generator=g, dtype=torch.float64) * 2, -1)
+    probs = probs.sort(-1, descending=True).values.to(dtype)
+    conf = probs[..., 0].float() * torch.rand(n, B, generator=g).add(0.5).clamp(max=1)
+    stale = torch.rand(n, B, generator=g) < 0.8
+    node = stale & (torch.rand(n, B, generator=g) < 0.7)
+    if n:
+        node[torch.arange(n), torch.randint(B, (n,), generator=g)] = True
+        stale |= node
+    depth = torch.randint(0, 20, (n,), generator=g)
+    return probs, conf, stale, node, depth
+
+
+class StateBlindTarget(Target):
+    """Logits depend only on (sequence, absolute position), never on the block state: the stale top-K are the
+    current ones, so the target's next commit at a node IS the argmax of resampled_confidence at that node's step
+    (V <= K, so the top-K hold the whole vocabulary)."""
+
+    def __init__(self, vocab=24, seed=0):
+        self.vocab_size, self.mask_id, self.eos_id, self.device = vocab, vocab - 1, None, torch.device("cpu")
+        self.table = torch.randn(4, 128, vocab, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
+
+    def start(self, prompts, max_new_tokens, block_size):
+        return _BlindSession(self, prompts)
+
+
+class _BlindSession(Session):
+    def __init__(self, target, prompts):
+        self.target, self.batch, self.passes = target, len(prompts), 0
+        self._start = torch.tensor([len(p) for p in prompts])
+
+    @property
+    def block_start(self):
+        return self._start.clone()
+
+    def score(self, nodes):
+        self.passes += 1
+        b, n, B = nodes.shape
+        logits = self.target.table[torch.arange(b)[:, None], self._start[:, None] + torch.arange(B)]
+        return logits[:, None].expand(b, n, B, -1).clone()
+
+    def append(self, block):
+        self._start += block.shape[1]
+
+
+class ResampledOrder(torch.nn.Module):
+    """A stand-in order model that drafts by the resampled confidence alone: exact on a StateBlindTarget."""
+
+    def __init__(self):
+        super().__init__()
+        self.cfg = OrderModelConfig(resampled=True)
+        self.head = torch.nn.Linear(1, 1)
+
+    def forward(self, probs, conf, stale_masked, node_masked, depth, resampled=None, top_ids=None):
+        return resampled.float().log().masked_fill(~node_masked, float("-inf"))
