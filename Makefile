@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-DEPS   := torch numpy safetensors tokenizers tqdm pytest pytest-benchmark ninja setuptools wheel
+DEPS   := torch numpy safetensors tokenizers tqdm pytest pytest-benchmark ninja setuptools wheel ruff
 
 .PHONY: install demo test bench clean
 
@@ -19,6 +19,7 @@ demo: install
 	$(BIN)/python -m spot generate --methods standard,confidence,spot --max-new-tokens 96 --block-size 32 --budget 16
 
 test: install
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests -q
 
 bench: install

@@ -2,7 +2,7 @@
 
 Every method runs the same loop: build a tree of candidate block states (standard: the root alone), score all of
 it in ONE target pass, and let `verify_tree` accept the longest chain that equals the target's own trajectory
-(DESIGN §2.2-2.4). Commits use the coupled noise of (seed, row, absolute position, commit step), so every exact
+(docs/design.md §2.2-2.4). Commits use the coupled noise of (seed, row, absolute position, commit step), so every exact
 method yields the tokens of `standard` at any temperature.
 """
 
@@ -12,10 +12,12 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
 import spot_kernels
+from spot_kernels.ops import ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .target import Target
@@ -87,85 +89,120 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
         drafter = ConfidenceDrafter()
+    if score_all_nodes is None:
+        score_all_nodes = dev.type != "cpu"
+    run = _Run(target, None if method == "standard" else drafter, seed, rows, float(temperature), confidence,
+               min(top_k, target.vocab_size), backend, budget, width, branch,
+               _score_all_nodes if score_all_nodes else _score_accepted_chain, on_pass, DecodeStats(method))
 
-    stats = DecodeStats(method)
     t0 = time.perf_counter()
     session = target.start(prompts, max_new_tokens, block_size)
     n_blocks = -(-max_new_tokens // block_size) if max_new_tokens else 0
     orders = torch.full((b, n_blocks, block_size), -1, dtype=torch.long, device=dev)
-    out = torch.empty(b, 0, dtype=torch.long, device=dev)
+    blocks = []
     finished = torch.zeros(b, dtype=torch.bool, device=dev)
-    k = min(top_k, target.vocab_size)
-    if score_all_nodes is None:
-        score_all_nodes = dev.type != "cpu"
-    scorer = _score_all_nodes if score_all_nodes else _score_accepted_chain
     for blk in range(n_blocks):
-        block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=dev)
-        step = torch.zeros(b, dtype=torch.long, device=dev)
-        stale = None
-        while bool((block == target.mask_id).any()):
-            t_draft = time.perf_counter()
-            if method == "standard" or stale is None:
-                tree = Tree.root_only(block)
-            else:
-                tree = grow_tree(block, step, stale, drafter, budget=budget, width=width, branch=branch,
-                                 seed=seed, rows=rows, temperature=float(temperature), mask_id=target.mask_id,
-                                 backend=backend)
-            block_start = session.block_start
-            t_target = time.perf_counter()
-            logits = session.score(tree.states)
-            logits[..., target.mask_id] = float("-inf")  # committing the mask token would undo a commit
-            t_verify = time.perf_counter()
-            n = tree.states.shape[1]
-            masked = tree.states == target.mask_id
-            tok, conf, topk_p, topk_i, commit = scorer(
-                logits, masked, tree, seed, rows, block_start, step, float(temperature), confidence, k, backend)
-            commit_tok = torch.where(commit >= 0, tok.gather(2, commit.clamp_min(0)[..., None]).squeeze(2), -1)
-            acc_pos, _, n_acc, new_block, last = spot_kernels.verify_tree(
-                tree.parents, tree.positions, tree.tokens, commit, commit_tok, block, backend=backend)
-            active = masked[:, 0].any(1)
-            if bool((active & (n_acc == 0)).any()):
-                raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
-            _record_order(orders[:, blk], step, acc_pos, n_acc)
-            stats.commits_per_pass.update(n_acc[active].tolist())
-            block, step = new_block, step + n_acc
-            pick = last[:, None]
-            stale = StaleFeatures(
-                topk_probs=topk_p[torch.arange(b, device=dev), last], topk_ids=topk_i[torch.arange(b, device=dev), last],
-                tokens=tok.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
-                confidence=conf.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
-                masked=masked.gather(1, pick[..., None].expand(b, 1, block_size)).squeeze(1),
-                block_start=block_start, block_index=blk, confidence_kind=confidence,
-                noise=NoiseCoordinates(seed, rows, step, float(temperature)))
-            if on_pass is not None:
-                on_pass(blk, step - n_acc, stale)
-            t_end = time.perf_counter()
-            stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
+        block = _decode_block(run, session, blk, orders[:, blk])
         session.append(block)
-        out = torch.cat((out, block), 1)
+        blocks.append(block)
         if eos_id is not None:
             finished |= (block == eos_id).any(1)
         if progress is not None:
             progress(blk + 1, n_blocks)
         if bool(finished.all()):
             break
+    stats = run.stats
     stats.target_passes = session.passes
+    out = torch.cat(blocks, 1) if blocks else torch.empty(b, 0, dtype=torch.long, device=dev)
     tokens = [_cut(row, max_new_tokens, eos_id) for row in out.tolist()]
     stats.generated_tokens = sum(len(t) for t in tokens)
     stats.seconds = time.perf_counter() - t0
     return GenerateOutput(tokens, stats, orders)
 
 
-def _score_all_nodes(logits, masked, tree, seed, rows, block_start, step, temperature, confidence, k, backend):
+@dataclass
+class _Run:
+    """What every pass of one `generate` call shares."""
+
+    target: Target
+    drafter: Drafter | None  # None: the root alone (standard decoding)
+    seed: int
+    rows: torch.Tensor  # [b] noise row of each sequence
+    temperature: float
+    confidence: str
+    top_k: int
+    backend: str
+    budget: int
+    width: int
+    branch: int
+    scorer: Callable  # _score_all_nodes or _score_accepted_chain
+    on_pass: Callable | None
+    stats: DecodeStats
+
+
+def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Tensor:
+    """Commit every position of block `blk`, a tree per pass; record the commit order in `order` [b, B]."""
+    target, (b, block_size) = run.target, order.shape
+    block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
+    step = torch.zeros(b, dtype=torch.long, device=target.device)  # commits already in each row's block
+    stale = None
+    while bool((block == target.mask_id).any()):
+        t_draft = time.perf_counter()
+        tree = _draft(run, block, step, stale)
+        block_start = session.block_start
+        t_target = time.perf_counter()
+        logits = session.score(tree.states)
+        logits[..., target.mask_id] = float("-inf")  # committing the mask token would undo a commit
+        t_verify = time.perf_counter()
+        masked = tree.states == target.mask_id
+        scored = run.scorer(run, logits, masked, tree, block_start, step)
+        commit_tokens = torch.where(scored.commit_pos >= 0,
+                                    scored.tokens.gather(2, scored.commit_pos.clamp_min(0)[..., None]).squeeze(2), -1)
+        accepted_pos, _, n_acc, block, last = spot_kernels.verify_tree(
+            tree.parents, tree.positions, tree.tokens, scored.commit_pos, commit_tokens, block, backend=run.backend)
+        active = masked[:, 0].any(1)
+        if bool((active & (n_acc == 0)).any()):
+            raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
+        _record_order(order, step, accepted_pos, n_acc)
+        run.stats.commits_per_pass.update(n_acc[active].tolist())
+        step = step + n_acc
+        stale = _stale_features(run, scored, masked, last, block_start, blk, step)
+        if run.on_pass is not None:
+            run.on_pass(blk, step - n_acc, stale)
+        t_end = time.perf_counter()
+        run.stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
+    return block
+
+
+def _draft(run: _Run, block: torch.Tensor, step: torch.Tensor, stale: StaleFeatures | None) -> Tree:
+    """The tree of this pass: the root alone for standard decoding and for a block's first pass (no stale
+    features yet), else grown by the drafter under the node budget."""
+    if run.drafter is None or stale is None:
+        return Tree.root_only(block)
+    return grow_tree(block, step, stale, run.drafter, budget=run.budget, width=run.width, branch=run.branch,
+                     seed=run.seed, rows=run.rows, temperature=run.temperature, mask_id=run.target.mask_id,
+                     backend=run.backend)
+
+
+def _stale_features(run: _Run, scored: ScoreOutput, masked: torch.Tensor, last: torch.Tensor,
+                    block_start: torch.Tensor, blk: int, step: torch.Tensor) -> StaleFeatures:
+    """The deepest accepted node's outputs [b, B, ...]: what the next tree is drafted from."""
+    at_last = (torch.arange(last.shape[0], device=last.device), last)
+    return StaleFeatures(
+        topk_probs=scored.topk_probs[at_last], topk_ids=scored.topk_ids[at_last], tokens=scored.tokens[at_last],
+        confidence=scored.confidence[at_last], masked=masked[at_last], block_start=block_start, block_index=blk,
+        confidence_kind=run.confidence, noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature))
+
+
+def _score_all_nodes(run: _Run, logits, masked, tree: Tree, block_start, step) -> ScoreOutput:
     """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation)."""
     b, n = masked.shape[:2]
-    return spot_kernels.score(logits, masked, seed, rows[:, None].expand(b, n), block_start[:, None].expand(b, n),
-                              step[:, None] + tree.depth, temperature, confidence=confidence, top_k=k,
-                              backend=backend)
+    return spot_kernels.score(logits, masked, run.seed, run.rows[:, None].expand(b, n),
+                              block_start[:, None].expand(b, n), step[:, None] + tree.depth, run.temperature,
+                              confidence=run.confidence, top_k=run.top_k, backend=run.backend)
 
 
-def _score_accepted_chain(logits, masked, tree, seed, rows, block_start, step, temperature, confidence, k,
-                          backend):
+def _score_accepted_chain(run: _Run, logits, masked, tree: Tree, block_start, step) -> ScoreOutput:
     """Only the nodes verification can reach: the root, then the child carrying each scored node's commit.
 
     On a CPU every row costs time, and a tree's accepted chain is a few of its nodes, so this does a fraction of
@@ -173,31 +210,31 @@ def _score_accepted_chain(logits, masked, tree, seed, rows, block_start, step, t
     did not match them, so `verify_tree` rejects them either way, and the results equal `_score_all_nodes`' on
     every node that matters."""
     b, n, B = masked.shape
-    dev = logits.device
+    dev, k = logits.device, run.top_k
     tok = torch.full((b, n, B), -1, dtype=torch.long, device=dev)
-    commit = torch.full((b, n), -1, dtype=torch.long, device=dev)
+    commit_pos = torch.full((b, n), -1, dtype=torch.long, device=dev)
     conf = topk_p = topk_i = None
     node = torch.zeros(b, dtype=torch.long, device=dev)
     r = torch.arange(b, device=dev)  # rows whose chain is still growing
     while len(r):
         at = node[r]
-        out = spot_kernels.score(logits[r, at, None], masked[r, at, None], seed, rows[r, None], block_start[r, None],
-                                 (step[r] + tree.depth[r, at])[:, None], temperature, confidence=confidence,
-                                 top_k=k, backend=backend)
+        out = spot_kernels.score(logits[r, at, None], masked[r, at, None], run.seed, run.rows[r, None],
+                                 block_start[r, None], (step[r] + tree.depth[r, at])[:, None], run.temperature,
+                                 confidence=run.confidence, top_k=k, backend=run.backend)
         if conf is None:
-            conf = torch.full((b, n, B), math.nan, dtype=out[1].dtype, device=dev)
-            topk_p = torch.zeros((b, n, B, k), dtype=out[2].dtype, device=dev)
+            conf = torch.full((b, n, B), math.nan, dtype=out.confidence.dtype, device=dev)
+            topk_p = torch.zeros((b, n, B, k), dtype=out.topk_probs.dtype, device=dev)
             topk_i = torch.full((b, n, B, k), -1, dtype=torch.long, device=dev)
         tok[r, at], conf[r, at], topk_p[r, at], topk_i[r, at] = (x[:, 0] for x in out[:4])
-        c = out[4][:, 0]
-        commit[r, at] = c
-        c_tok = torch.where(c >= 0, out[0][:, 0].gather(1, c.clamp_min(0)[:, None])[:, 0], -1)
+        c = out.commit_pos[:, 0]
+        commit_pos[r, at] = c
+        c_tok = torch.where(c >= 0, out.tokens[:, 0].gather(1, c.clamp_min(0)[:, None])[:, 0], -1)
         child = ((tree.parents[r] == at[:, None]) & (tree.positions[r] == c[:, None]) & (c[:, None] >= 0)
                  & (tree.tokens[r] == c_tok[:, None]))
         found = child.any(1)
         node[r] = torch.where(found, child.to(torch.int8).argmax(1), at)
         r = r[found]
-    return tok, conf, topk_p, topk_i, commit
+    return ScoreOutput(tok, conf, topk_p, topk_i, commit_pos)
 
 
 def _record_order(orders_blk: torch.Tensor, step: torch.Tensor, acc_pos: torch.Tensor, n_acc: torch.Tensor):
