@@ -1,4 +1,5 @@
-"""Exactness of the decoder (DESIGN §2.5): every exact method yields the tokens of `standard`, in float64 on CPU."""
+"""Exactness of the decoder (docs/design.md §2.5): every exact method yields the tokens of `standard`, in float64
+on CPU."""
 
 import itertools
 
@@ -30,7 +31,7 @@ def _max_new(block_size):
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
 def test_confidence_equals_standard(target, block_size, temperature):
     """4 prompts x 3 seeds unbatched + 3 batched runs of the 4 prompts, per (B, T): 24 combinations each,
-    216 over the grid (DESIGN §2.5 asks for at least 200)."""
+    216 over the grid (docs/design.md §2.5 asks for at least 200)."""
     combos, accepted = 0, 0
     for seed in (0, 1, 2):
         for prompts in [[p] for p in PROMPTS] + [PROMPTS]:  # unbatched, then batched

@@ -1,4 +1,4 @@
-"""The target contract (DESIGN §2.1) as the model session implements it, checked in float64."""
+"""The target contract (docs/design.md §2.1) as the model session implements it, checked in float64."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""Decoder benchmark: every method on the same prompts and seeds, in one process (DESIGN §6)."""
+"""Decoder benchmark: every method on the same prompts and seeds, in one process (docs/design.md §6)."""
 
 from __future__ import annotations
 

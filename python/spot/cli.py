@@ -34,7 +34,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--width", type=int, default=4, help="frontier nodes expanded per depth")
     p.add_argument("--branch", type=int, default=4, help="children drafted per frontier node")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
-    p.add_argument("--methods", default="standard,confidence,spot", help=f"comma-separated subset of {','.join(METHODS)}")
+    p.add_argument("--methods", default="standard,confidence,spot",
+                   help=f"comma-separated subset of {','.join(METHODS)}")
     p.add_argument("--ignore-eos", action="store_true", help="decode max-new-tokens even past end-of-sequence")
 
 

@@ -1,4 +1,4 @@
-"""Order drafters: who predicts WHICH masked position the target commits next (DESIGN §2.4).
+"""Order drafters: who predicts WHICH masked position the target commits next (docs/design.md §2.4).
 
 A drafter reads the stale features of the target's previous pass and a draft node's masked flags, and returns
 one logit per block position: log P(next commit = j) up to a constant. Ineligible (committed) positions are
@@ -15,7 +15,7 @@ import torch
 
 
 class NoiseCoordinates(NamedTuple):
-    """The coupled noise of a tree grown from a pass (DESIGN §2.3): a node at depth d commits with step
+    """The coupled noise of a tree grown from a pass (docs/design.md §2.3): a node at depth d commits with step
     root_step + d."""
 
     seed: int

@@ -1,11 +1,11 @@
-"""The learned order drafter (DESIGN §2.4): which masked position does the target commit next?
+"""The learned order drafter (docs/design.md §2.4): which masked position does the target commit next?
 
 A 3-layer, d_model 128, 8-head bidirectional transformer over the B positions of a block (B <= 64). Each position
 reads the target's stale outputs from its previous pass (the top-32 probabilities, the confidence of the sampled
 token, whether the position was masked then) and the draft node's state (masked now, committed along the draft
 path, where the leftmost masked position is, the tree depth). With `resampled=True` it also reads, per position,
 the stale probability of the token that position would get if committed at the node's own step: at T > 0 the
-target's commit depends on that step's coupled noise (DESIGN §2.3), which is known in advance. It returns one
+target's commit depends on that step's coupled noise (docs/design.md §2.3), which is known in advance. It returns one
 logit per position; only positions masked in the node are eligible (`spot_kernels.select_children` masks the
 others out).
 """

@@ -1,4 +1,4 @@
-"""The target contract (DESIGN §2.1) and its implementation for `BlockDiffusionLM`.
+"""The target contract (docs/design.md §2.1) and its implementation for `BlockDiffusionLM`.
 
 A decoder sees a target only through a `Session`: one batch of sequences whose committed tokens live in a
 cached prefix, and one call, `score`, that runs ONE target pass over N candidate states of the current block.

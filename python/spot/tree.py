@@ -1,4 +1,4 @@
-"""Draft trees: candidate block states grown from a root by an order drafter (DESIGN §2.4 step 3).
+"""Draft trees: candidate block states grown from a root by an order drafter (docs/design.md §2.4 step 3).
 
 Growth is best-first by path probability and depth-synchronous (EAGLE-2 style): at each depth every frontier
 node of every sequence is scored in ONE drafter call, each proposes its `branch` most likely next commits, and

@@ -1,4 +1,4 @@
-"""`spot build collect`: trajectories of the target's standard decoding, the order drafter's training data (DESIGN §2.4).
+"""`spot build collect`: trajectories of the target's standard decoding, the order drafter's training data (docs/design.md §2.4).
 
 For every pass of a standard run (state s_k of a block, k commits made) we keep what the drafter will later see
 as stale features: per block position the top-K probabilities and ids, the sampled token, its confidence and the
@@ -13,7 +13,7 @@ with
   confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int8 [blocks, B] (positions in commit
   order), prompt int32 [blocks] (index of the prompt = its noise row), block_index int32 [blocks], block_start
   int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
-  the coupled noise, DESIGN §2.3).
+  the coupled noise, docs/design.md §2.3).
 """
 
 from __future__ import annotations
