@@ -1,0 +1,340 @@
+"""`spot build <step>`: the offline pipeline that builds the embedded target and its order drafter.
+
+The steps chain through default paths under `.cache/` (relative to the working folder):
+
+    corpus     -> .cache/corpus             training text (stdlib source, pydoc, word problems)
+    tokenizer  -> .cache/tokenizer.json     byte-level BPE, and the corpus's token streams for `target`
+    prompts    -> .cache/heldout_prompts.json
+    target     -> .cache/target             weights (checkpoints in .cache/train-target; resumable)
+    collect    -> .cache/trajectories       the target's standard-decoding trajectories
+    drafter    -> .cache/drafter            the order drafter trained on them
+    evaluate      next-commit accuracy of a drafter on collected trajectories
+    tune       -> .cache/budgets.json       the best tree budget per device and block size
+
+Nothing writes into the installed package unless the output path says so AND --overwrite-shipped is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+from pathlib import Path
+
+from ..loading import DTYPES
+
+CACHE = Path(".cache")
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the installed `spot` package
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _output(path, a) -> Path:
+    """`path`, refused when it lies inside the installed package and --overwrite-shipped was not given."""
+    path = Path(path)
+    inside = path.resolve() == PACKAGE_DIR or PACKAGE_DIR in path.resolve().parents
+    if inside and not a.overwrite_shipped:
+        raise SystemExit(f"{path} is inside the installed spot package (shipped weights and assets); "
+                         "pass --overwrite-shipped to replace them")
+    return path
+
+
+def _tokenizer(a):
+    from ..tokenizer import load_tokenizer
+
+    path = a.tokenizer if a.tokenizer else (CACHE / "tokenizer.json" if (CACHE / "tokenizer.json").is_file() else None)
+    tok = load_tokenizer(path)
+    print(f"tokenizer: {tok.path}")
+    return tok
+
+
+def cmd_corpus(a) -> int:
+    from .corpus import build_corpus
+
+    mix = None
+    if a.mix:
+        mix = {k.strip(): float(v) for k, _, v in (part.partition("=") for part in a.mix.split(","))}
+    build_corpus(_output(a.out, a), seed=a.seed, total_mb=a.total_mb, mix=mix, heldout_fraction=a.heldout_fraction,
+                 max_files=a.max_files, max_chars=a.max_chars, verbose=True)
+    return 0
+
+
+def cmd_tokenizer(a) -> int:
+    import time
+
+    from ..tokenizer import load_tokenizer
+    from .tokenizer import encode_documents, train_tokenizer
+
+    out = _output(a.out, a)
+    if a.encode_only:
+        tok = load_tokenizer(out)
+    else:
+        t0 = time.perf_counter()
+        tok = train_tokenizer(a.corpus, vocab_size=a.vocab_size, min_frequency=a.min_frequency)
+        tok.save(out)
+        print(f"trained tokenizer (vocab {tok.vocab_size}) in {time.perf_counter() - t0:.1f}s -> {out} "
+              f"({out.stat().st_size / 1e3:.0f} KB, sha256 {tok.fingerprint()[:16]})")
+        tok = load_tokenizer(out)
+    if a.encode or a.encode_only:
+        for split in ("train", "heldout"):
+            t0 = time.perf_counter()
+            arr = encode_documents(a.corpus, tok, split)
+            print(f"{split}: {arr.size} tokens ({time.perf_counter() - t0:.1f}s) -> "
+                  f"{Path(a.corpus) / f'tokens_{split}.npy'}")
+    return 0
+
+
+def cmd_prompts(a) -> int:
+    from .prompts import write_prompts
+
+    n = write_prompts(a.corpus, _output(a.out, a), a.count)
+    print(f"wrote {n} prompts to {a.out}")
+    return 0
+
+
+def cmd_target(a) -> int:
+    from ..model import ModelConfig
+    from .tokenizer import encode_documents
+    from .train_target import TrainConfig, train
+
+    export = _output(a.export, a)
+    tok = _tokenizer(a)
+    train_tokens = encode_documents(a.corpus, tok, "train")
+    heldout_tokens = encode_documents(a.corpus, tok, "heldout")
+    print(f"corpus: {train_tokens.size} train tokens, {heldout_tokens.size} held-out tokens")
+    mcfg = ModelConfig(vocab_size=tok.vocab_size, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
+                       n_kv_heads=a.kv_heads, d_ff=a.d_ff, pad_id=tok.pad_id, eos_id=tok.eos_id, mask_id=tok.mask_id)
+    cfg = TrainConfig(seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr, seed=a.seed,
+                      minutes=a.minutes, eval_every=a.eval_every)
+    result = train(mcfg, cfg, train_tokens, heldout_tokens, a.out, export_dir=export)
+    print(f"trained {result['step']} steps, {result['parameters']} parameters; exported to {export}")
+    return 0
+
+
+def cmd_collect(a) -> int:
+    from ..loading import load_target
+    from .collect import collect
+    from .prompts import training_prompts
+
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    if target.tokenizer is None:
+        raise SystemExit("collect needs a target with the shipped tokenizer (prompts come from the corpus)")
+    skip = _ints(a.skip_prompts) if a.skip_prompts else ()
+    texts, first_row = training_prompts(a.corpus, a.num_prompts, skip, a.skip_fresh)
+    prompts = [target.tokenizer.encode(t) for t in texts]
+    print(f"collect: {len(prompts)} training prompts (rows from {first_row}) -> {a.out}")
+    paths = collect(target, prompts, _output(a.out, a), block_sizes=_ints(a.block_sizes),
+                    temperatures=_floats(a.temperatures), max_new_tokens=a.max_new_tokens, batch_size=a.batch_size,
+                    seed=a.seed, first_row=first_row, progress=not a.quiet)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _load_trajectories(a) -> list:
+    """Every shard in a.data (only a.block_sizes when given); the runs of one (block size, temperature) pair,
+    traj-B{B}-T{T}[-r{R}], load as one shard."""
+    from .collect import pair_name
+    from .train_drafter import Trajectories
+
+    paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
+    if a.block_sizes:
+        paths = [p for p in paths if any(f"-B{b}-" in p for b in _ints(a.block_sizes))]
+    if not paths:
+        raise SystemExit(f"no trajectories in {a.data}: run `spot build collect` first")
+    runs: dict[str, list[str]] = {}
+    for p in paths:
+        runs.setdefault(pair_name(p), []).append(p)
+    return [Trajectories.load(group, a.heldout_every) for group in runs.values()]
+
+
+def cmd_evaluate(a) -> int:
+    from ..order_model import load_order_model
+    from .train_drafter import evaluate, format_evaluation
+
+    model = load_order_model() if a.drafter == "default" else load_order_model(a.drafter)
+    heldout = a.split == "heldout"
+    for shard in _load_trajectories(a):
+        ev = evaluate(model, shard, heldout=heldout)
+        print(f"{shard.name} ({'held-out' if heldout else 'training'} blocks): " + format_evaluation(ev))
+    return 0
+
+
+def cmd_drafter(a) -> int:
+    from ..order_model import OrderModelConfig, load_order_model, with_resampled_inputs, with_token_inputs
+    from .train_drafter import DrafterTrainConfig, train_drafter
+
+    out = _output(a.out, a)
+    shards = _load_trajectories(a)
+    cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
+                             heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed,
+                             soft_weight=a.soft_weight, soft_temperature=a.soft_temperature)
+    init = load_order_model(a.init) if a.init else None
+    if init is not None and a.resampled:
+        init = with_resampled_inputs(init)
+    if init is not None and a.token_buckets:
+        init = with_token_inputs(init, a.token_buckets)
+    model_cfg = OrderModelConfig(resampled=a.resampled, token_buckets=a.token_buckets)
+    result = train_drafter(shards, cfg, out, init=init, model_cfg=model_cfg, progress=not a.quiet)
+    print(f"trained {cfg.steps} steps, {result['parameters']} parameters; wrote {out}")
+    return 0
+
+
+def cmd_tune(a) -> int:
+    from .. import load_drafter
+    from ..loading import load_target
+    from .prompts import TUNE_POOL, build_prompts
+    from .tune import save_tuning, tune
+
+    out = _output(a.out, a)
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
+    texts = [p["text"] for p in build_prompts(a.corpus, TUNE_POOL, split="train")[-a.num_prompts:]]
+    prompts = [target.tokenizer.encode(t) for t in texts]
+    drafter = load_drafter(a.drafter, device=a.device)
+    for B in _ints(a.block_sizes):
+        print(f"tune: block size {B}, {len(prompts)} prompts, {a.max_new_tokens} new tokens, device {a.device}")
+        result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
+                      max_new_tokens=a.max_new_tokens, temperature=a.temperature, width=a.width, branch=a.branch)
+        print(f"chosen budget for B={B}: {result['budget']}")
+        if not a.dry_run:
+            save_tuning(result, a.device, B, out)
+    return 0
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", default="default", help="'default' (embedded), 'random', or a weights directory")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spot build", description=__doc__.split("\n\n")[0],
+                                     epilog="Every step's outputs default to .cache/ and chain into the next step.")
+    sub = parser.add_subparsers(dest="step", required=True)
+    corpus_help = "the --out of `spot build corpus`"
+
+    s = sub.add_parser("corpus", help="build the deterministic offline training corpus")
+    s.add_argument("--out", default=str(CACHE / "corpus"), help="train.jsonl, heldout.jsonl, manifest.json")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--total-mb", type=float, default=20.0)
+    s.add_argument("--mix", help="source shares, e.g. 'code=0.5,docs=0.1,math=0.4'")
+    s.add_argument("--heldout-fraction", type=float, default=0.03)
+    s.add_argument("--max-files", type=int, help="read at most this many stdlib files")
+    s.add_argument("--max-chars", type=int, default=3000, help="target maximum document length")
+    s.set_defaults(func=cmd_corpus)
+
+    s = sub.add_parser("tokenizer", help="train the byte-level BPE tokenizer on the corpus")
+    s.add_argument("--corpus", default=str(CACHE / "corpus"), help=corpus_help)
+    s.add_argument("--out", default=str(CACHE / "tokenizer.json"))
+    s.add_argument("--vocab-size", type=int, default=4096)
+    s.add_argument("--min-frequency", type=int, default=2)
+    s.add_argument("--no-encode", dest="encode", action="store_false",
+                   help="train only; do not write tokens_{train,heldout}.npy into the corpus for `spot build target`")
+    s.add_argument("--encode-only", action="store_true", help="skip training; encode with the tokenizer at --out")
+    s.set_defaults(func=cmd_tokenizer)
+
+    s = sub.add_parser("prompts", help="cut the held-out prompts of the demo and benchmarks from the corpus")
+    s.add_argument("--corpus", default=str(CACHE / "corpus"), help=corpus_help)
+    s.add_argument("--count", type=int, default=64)
+    s.add_argument("--out", default=str(CACHE / "heldout_prompts.json"))
+    s.set_defaults(func=cmd_prompts)
+
+    s = sub.add_parser("target", help="train the embedded target on the corpus (resumable)")
+    s.add_argument("--corpus", default=str(CACHE / "corpus"), help=corpus_help)
+    s.add_argument("--tokenizer", help="tokenizer JSON (default: .cache/tokenizer.json if built, else the shipped one)")
+    s.add_argument("--out", default=str(CACHE / "train-target"), help="checkpoint directory (resumes from it)")
+    s.add_argument("--export", default=str(CACHE / "target"), help="where the final weights go")
+    s.add_argument("--steps", type=int, default=1300)
+    s.add_argument("--minutes", type=float, default=0.0, help="stop and export after this long (0: no limit)")
+    s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--seq-len", type=int, default=256)
+    s.add_argument("--lr", type=float, default=3e-3)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--eval-every", type=int, default=200)
+    s.add_argument("--d-model", type=int, default=256)
+    s.add_argument("--layers", type=int, default=5)
+    s.add_argument("--heads", type=int, default=8)
+    s.add_argument("--kv-heads", type=int, default=4)
+    s.add_argument("--d-ff", type=int, default=704)
+    s.set_defaults(func=cmd_target)
+
+    s = sub.add_parser("collect", help="record standard-decoding trajectories for training the order drafter")
+    _target_args(s)
+    s.add_argument("--corpus", default=str(CACHE / "corpus"), help=corpus_help)
+    s.add_argument("--out", default=str(CACHE / "trajectories"))
+    s.add_argument("--num-prompts", type=int, default=256, help="training-split prompts to decode")
+    s.add_argument("--skip-prompts", default="",
+                   help="comma-separated --num-prompts of earlier runs: collect further prompts, none of theirs")
+    s.add_argument("--skip-fresh", type=int, default=0,
+                   help="with --skip-prompts: the --num-prompts of earlier runs made with the same --skip-prompts")
+    s.add_argument("--block-sizes", default="16,32")
+    s.add_argument("--temperatures", default="0,1")
+    s.add_argument("--max-new-tokens", type=int, default=256)
+    s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(func=cmd_collect)
+
+    data_help = "the --out of `spot build collect`"
+    s = sub.add_parser("drafter", help="train the order drafter on collected trajectories")
+    s.add_argument("--data", default=str(CACHE / "trajectories"), help=data_help)
+    s.add_argument("--out", default=str(CACHE / "drafter"), help="where the weights go")
+    s.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
+    s.add_argument("--init", help="continue from the drafter in this directory")
+    s.add_argument("--steps", type=int, default=3000)
+    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument("--lr", type=float, default=2e-3)
+    s.add_argument("--max-depth", type=int, default=7)
+    s.add_argument("--heldout-every", type=int, default=8)
+    s.add_argument("--eval-every", type=int, default=500)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--soft-weight", type=float, default=0.0,
+                   help="weight of the node pass's confidence ranking as a soft target (0: the commit only)")
+    s.add_argument("--soft-temperature", type=float, default=0.25)
+    s.add_argument("--resampled", action="store_true",
+                   help="the drafter also reads each position's stale top-K re-sampled with the node step's noise "
+                        "(with --init: widens that drafter's inputs)")
+    s.add_argument("--token-buckets", type=int, default=0,
+                   help="> 0: the drafter also reads an embedding of each position's stale top-1 token id, ids past "
+                        "this many buckets sharing one (with --init: widens that drafter's inputs)")
+    s.add_argument("--quiet", action="store_true")
+    s.set_defaults(func=cmd_drafter)
+
+    s = sub.add_parser("evaluate", help="next-commit accuracy of a drafter on collected trajectories")
+    s.add_argument("--drafter", default=str(CACHE / "drafter"),
+                   help="directory of the drafter (default: the --out of `spot build drafter`; 'default': the shipped one)")
+    s.add_argument("--data", default=str(CACHE / "trajectories"), help=data_help)
+    s.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
+    s.add_argument("--heldout-every", type=int, default=8)
+    s.add_argument("--split", choices=("heldout", "train"), default="heldout")
+    s.set_defaults(func=cmd_evaluate)
+
+    s = sub.add_parser("tune", help="measure the cost model and store the best tree budget for this device")
+    _target_args(s)
+    s.add_argument("--drafter", default="default", help="'default' (shipped) or a directory from `spot build drafter`")
+    s.add_argument("--block-sizes", default="16,32")
+    s.add_argument("--budgets", default="1,2,4,8,16,32")
+    s.add_argument("--num-prompts", type=int, default=4)
+    s.add_argument("--corpus", default=str(CACHE / "corpus"), help=corpus_help)
+    s.add_argument("--max-new-tokens", type=int, default=64)
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--width", type=int, default=4)
+    s.add_argument("--branch", type=int, default=4)
+    s.add_argument("--out", default=str(CACHE / "budgets.json"),
+                   help="budgets table (the shipped one, read by --budget auto, is spot/weights/budgets.json)")
+    s.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
+    s.set_defaults(func=cmd_tune)
+    for step in sub.choices.values():
+        step.add_argument("--overwrite-shipped", action="store_true",
+                          help="allow an output path inside the installed package (replaces shipped weights/assets)")
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
