@@ -125,6 +125,31 @@ def test_eos_stops_and_cuts(target):
         assert cut == expected
 
 
+@pytest.mark.parametrize("block_size", [4, 16])
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_eos_ends_the_block_early_and_exactly(target, block_size, temperature):
+    """Once a block holds end-of-sequence with every position before it committed, its row stops spending
+    passes: every method still returns the tokens of the uncut run cut at the first end-of-sequence, and
+    standard decoding (one prompt at a time) needs fewer passes than when it decodes the rest of the block."""
+    saved = 0
+    for i, prompt in enumerate(PROMPTS):
+        kw = dict(max_new_tokens=2 * block_size, block_size=block_size, temperature=temperature, seed=3, rows=[i])
+        tokens = generate(target, [prompt], "standard", eos_id=None, **kw).tokens[0]
+        for at in range(0, block_size, max(1, block_size // 4)):
+            eos = tokens[at]  # an id that occurs in the first block plays end-of-sequence
+            expected = tokens[: tokens.index(eos) + 1]
+            runs = {m: generate(target, [prompt], m, eos_id=eos, budget=8, drafter=spot.ConfidenceDrafter(), **kw)
+                    for m in ("standard", "confidence", "oracle")}
+            for method, out in runs.items():
+                assert out.tokens == [expected], (method, i, at)
+                assert out.stats.generated_tokens == len(expected)
+            # standard without the stop: the whole block of the end-of-sequence token, one pass per position
+            blocks_reached = -(-len(expected) // block_size)
+            assert runs["standard"].stats.target_passes <= blocks_reached * block_size
+            saved += blocks_reached * block_size - runs["standard"].stats.target_passes
+    assert saved > 0, "no block ended early: the stop went untested"
+
+
 def test_stats_are_consistent(target):
     out = _run(target, PROMPTS, "confidence", max_new_tokens=16, block_size=16, temperature=0.0)
     s = out.stats

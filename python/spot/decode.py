@@ -51,7 +51,8 @@ class DecodeStats:
 class GenerateOutput:
     tokens: list[list[int]]  # generated tokens per prompt, cut after the first end-of-sequence token
     stats: DecodeStats
-    orders: torch.Tensor  # int64 [batch, blocks, B]: positions in commit order, per block
+    orders: torch.Tensor  # int64 [batch, blocks, B]: positions in commit order, per block (-1: never committed,
+    # i.e. filled after an end-of-sequence token, or a block never reached)
 
 
 def generate(target: Target, prompts, method: str = "standard", *, max_new_tokens: int = 256,
@@ -92,7 +93,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     if score_all_nodes is None:
         score_all_nodes = dev.type != "cpu"
     run = _Run(target, None if method == "standard" else drafter, seed, rows, float(temperature), confidence,
-               min(top_k, target.vocab_size), backend, budget, width, branch,
+               min(top_k, target.vocab_size), backend, budget, width, branch, eos_id,
                _score_all_nodes if score_all_nodes else _score_accepted_chain, on_pass, DecodeStats(method))
 
     t0 = time.perf_counter()
@@ -135,6 +136,7 @@ class _Run:
     budget: int
     width: int
     branch: int
+    eos_id: int | None
     scorer: Callable  # _score_all_nodes or _score_accepted_chain
     on_pass: Callable | None
     stats: DecodeStats
@@ -166,12 +168,24 @@ def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Te
         _record_order(order, step, accepted_pos, n_acc)
         run.stats.commits_per_pass.update(n_acc[active].tolist())
         step = step + n_acc
+        if run.eos_id is not None:
+            block = _close_after_eos(block, run.eos_id, target.mask_id)
         stale = _stale_features(run, scored, masked, last, block_start, blk, step)
         if run.on_pass is not None:
             run.on_pass(blk, step - n_acc, stale)
         t_end = time.perf_counter()
         run.stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
     return block
+
+
+def _close_after_eos(block: torch.Tensor, eos_id: int, mask_id: int) -> torch.Tensor:
+    """Rows whose block holds an end-of-sequence token with every position before it committed are done: the
+    output is cut there, so their still-masked positions are filled with end-of-sequence instead of spending
+    passes on them. Every method reaches such a state on the same trajectory, so the returned tokens do not change;
+    only the passes after it (and the commits recorded in `orders`) are saved."""
+    masked = block == mask_id
+    done = ((block == eos_id) & (masked.cumsum(1) == 0)).any(1)
+    return torch.where(done[:, None] & masked, eos_id, block)
 
 
 def _draft(run: _Run, block: torch.Tensor, step: torch.Tensor, stale: StaleFeatures | None) -> Tree:
