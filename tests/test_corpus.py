@@ -2,6 +2,7 @@
 
 import ast
 import filecmp
+import hashlib
 import json
 import re
 from fractions import Fraction
@@ -109,6 +110,17 @@ def test_math_generator_is_pure_and_varied():
         check_math_text("Question: q\nSolution:\nShe buys 3 * 4 = 13 apples.\nAnswer: 13\n")
 
 
+# SHA-256 of "".join(math_problem(0, i) for i in range(2000)), computed from the template code the shipped model's
+# corpus was generated with. It changes if any template's text, arithmetic or order of random draws changes: the
+# corpus must stay reproducible byte for byte.
+MATH_SHA256_SEED0_2000 = "320ec1abfe3fd592724ce2eb91d3e924b8bdae4f44b575548639b24da7b3ab85"
+
+
+def test_math_problems_are_byte_identical_to_the_training_corpus():
+    text = "".join(math_problem(0, i) for i in range(2000))
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == MATH_SHA256_SEED0_2000
+
+
 def test_long_class_is_chunked_into_valid_python():
     methods = "\n".join(
         f"    def method_{i}(self, x):\n        \"\"\"Doc {i}.\"\"\"\n" + "".join(
@@ -125,11 +137,15 @@ def test_long_class_is_chunked_into_valid_python():
 
 # ------------------------------------------------------------------------------------------- tokenizer
 
-tokenizer_mod = pytest.importorskip("spot.build.tokenizer")
+@pytest.fixture(scope="module")
+def tokenizer_mod():
+    # Skips only the tokenizer tests where spot.build.tokenizer is absent (a module-level importorskip skipped the
+    # whole file, the corpus tests included).
+    return pytest.importorskip("spot.build.tokenizer")
 
 
 @pytest.fixture(scope="module")
-def tok():
+def tok(tokenizer_mod):
     return tokenizer_mod.load_tokenizer()
 
 
@@ -181,12 +197,12 @@ def test_decode_special_tokens(tok):
         tok.encode(b"bytes")
 
 
-def test_load_missing_tokenizer(tmp_path):
+def test_load_missing_tokenizer(tokenizer_mod, tmp_path):
     with pytest.raises(FileNotFoundError):
         tokenizer_mod.load_tokenizer(tmp_path / "nope.json")
 
 
-def test_training_is_deterministic(small_corpus, tmp_path):
+def test_training_is_deterministic(tokenizer_mod, small_corpus, tmp_path):
     out, _ = small_corpus
     a = tokenizer_mod.train_tokenizer(out, vocab_size=600)
     b = tokenizer_mod.train_tokenizer(out, vocab_size=600)
@@ -198,7 +214,7 @@ def test_training_is_deterministic(small_corpus, tmp_path):
     assert c.decode(c.encode(CODE)) == CODE
 
 
-def test_encode_documents(small_corpus, tok, tmp_path):
+def test_encode_documents(tokenizer_mod, small_corpus, tok, tmp_path):
     out, man = small_corpus
     arr = tokenizer_mod.encode_documents(out, tok, "heldout")
     assert arr.dtype == np.uint16
