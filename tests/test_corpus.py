@@ -4,6 +4,7 @@ import ast
 import filecmp
 import hashlib
 import json
+import random
 import re
 from fractions import Fraction
 
@@ -119,6 +120,51 @@ MATH_SHA256_SEED0_2000 = "320ec1abfe3fd592724ce2eb91d3e924b8bdae4f44b575548639b2
 def test_math_problems_are_byte_identical_to_the_training_corpus():
     text = "".join(math_problem(0, i) for i in range(2000))
     assert hashlib.sha256(text.encode("utf-8")).hexdigest() == MATH_SHA256_SEED0_2000
+
+
+def _template_paths(template):
+    """Every way through a word-problem template: each `either` branch (its let lines after the template's) with
+    each of its question variants, as a template without choices."""
+    branches = [{**b, "let": template.get("let", []) + b.get("let", [])} for b in template.get("either", [])]
+    for b in branches or [template]:
+        questions = b["question"] if isinstance(b["question"], list) else [b["question"]]
+        for q in questions:
+            yield {k: v for k, v in b.items() if k != "either"} | {"question": q}
+
+
+def test_every_word_problem_template_is_used_and_correct():
+    lists, templates = corpus._word_problems()
+    names = [t["name"] for t in templates]
+    assert len(names) == len(set(names)) == 38
+    assert {"FEMALE", "MALE", "SHOP_ITEMS", "COUNT_ITEMS", "FOODS"} <= set(lists)
+    # math_problem picks the template with the first draw of its generator: all of them occur in the first 2000
+    picked = {random.Random(f"spot-math:0:{i}").randrange(len(templates)) for i in range(2000)}
+    assert picked == set(range(len(templates)))
+    n_paths = 0
+    for t in templates:
+        for path in _template_paths(t):
+            n_paths += 1
+            for s in range(150):
+                q, steps, answer = corpus._word_problem(path, random.Random(s))
+                assert "{" not in q + "".join(steps) and str(answer) in steps[-1], (t["name"], q, steps)
+                text = f"Question: {q}\nSolution:\n" + "\n".join(steps) + f"\nAnswer: {corpus._fmt(answer.v)}\n"
+                n_eq, got = check_math_text(text)
+                assert got == answer.v and n_eq >= 1, (t["name"], text)
+    assert n_paths == 38 + 3 + 2  # ages, fence, reading have two endings; change, discount two questions
+
+
+def test_word_problem_lines_are_data_not_code():
+    bad = {"let": ["x = ().__class__"], "question": "{x}", "steps": ["{x}"], "answer": "x"}
+    with pytest.raises(ValueError, match="not a plain assignment"):
+        corpus._word_problem(bad, random.Random(0))
+    with pytest.raises(ValueError, match="not a plain assignment"):
+        corpus._word_problem({**bad, "let": ["import os"]}, random.Random(0))
+    ok = {"let": ["a, b = randint(1, 9), randint(1, 9) until a < b", "c = eq(b - a)", "d = eq($c * 1.5)"],
+          "question": "{a} {b}?", "steps": ["It is {c}, then {d}."], "answer": "d"}
+    q, steps, answer = corpus._word_problem(ok, random.Random(3))
+    a, b = map(int, q[:-1].split())
+    assert a < b and steps == [f"It is {b} - {a} = {b - a}, then ${b - a} * 1.5 = {corpus._d((b - a) * Fraction(3, 2))}."]
+    assert answer.money
 
 
 def test_long_class_is_chunked_into_valid_python():
