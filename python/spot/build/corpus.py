@@ -6,9 +6,9 @@ Three sources, all available without a network and all licence-clean:
   of whole top-level statements (functions, classes, import blocks) of a few hundred to a few thousand characters.
 * ``docs``  - the Python reference topics shipped in ``pydoc_data.topics`` plus pydoc-style help pages rendered
   (by ``ast``, without importing anything) from the docstrings of the same standard-library modules (PSF licence).
-* ``math``  - grade-school arithmetic word problems with worked, step-by-step solutions from the template
-  generator in this file (the project's own text). Every ``a op b = c`` in a solution is exact and the final line
-  is ``Answer: N``.
+* ``math``  - grade-school arithmetic word problems with worked, step-by-step solutions from the templates in
+  ``word_problems.toml`` beside this file, evaluated by ``_word_problem`` (the project's own text). Every
+  ``a op b = c`` in a solution is exact and the final line is ``Answer: N``.
 
 Output (``build_corpus``): ``train.jsonl`` and ``heldout.jsonl`` (one JSON object per line:
 ``{"id", "source", "group", "text"}``) and ``manifest.json`` (sizes, counts, checksums). The split is by document
