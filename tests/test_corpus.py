@@ -2,7 +2,9 @@
 
 import ast
 import filecmp
+import hashlib
 import json
+import random
 import re
 from fractions import Fraction
 
@@ -109,6 +111,62 @@ def test_math_generator_is_pure_and_varied():
         check_math_text("Question: q\nSolution:\nShe buys 3 * 4 = 13 apples.\nAnswer: 13\n")
 
 
+# SHA-256 of "".join(math_problem(0, i) for i in range(2000)), computed from the template code the shipped model's
+# corpus was generated with. It changes if any template's text, arithmetic or order of random draws changes: the
+# corpus must stay reproducible byte for byte.
+MATH_SHA256_SEED0_2000 = "320ec1abfe3fd592724ce2eb91d3e924b8bdae4f44b575548639b24da7b3ab85"
+
+
+def test_math_problems_are_byte_identical_to_the_training_corpus():
+    text = "".join(math_problem(0, i) for i in range(2000))
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == MATH_SHA256_SEED0_2000
+
+
+def _template_paths(template):
+    """Every way through a word-problem template: each `either` branch (its let lines after the template's) with
+    each of its question variants, as a template without choices."""
+    branches = [{**b, "let": template.get("let", []) + b.get("let", [])} for b in template.get("either", [])]
+    for b in branches or [template]:
+        questions = b["question"] if isinstance(b["question"], list) else [b["question"]]
+        for q in questions:
+            yield {k: v for k, v in b.items() if k != "either"} | {"question": q}
+
+
+def test_every_word_problem_template_is_used_and_correct():
+    lists, templates = corpus._word_problems()
+    names = [t["name"] for t in templates]
+    assert len(names) == len(set(names)) == 38
+    assert {"FEMALE", "MALE", "SHOP_ITEMS", "COUNT_ITEMS", "FOODS"} <= set(lists)
+    # math_problem picks the template with the first draw of its generator: all of them occur in the first 2000
+    picked = {random.Random(f"spot-math:0:{i}").randrange(len(templates)) for i in range(2000)}
+    assert picked == set(range(len(templates)))
+    n_paths = 0
+    for t in templates:
+        for path in _template_paths(t):
+            n_paths += 1
+            for s in range(150):
+                q, steps, answer = corpus._word_problem(path, random.Random(s))
+                assert "{" not in q + "".join(steps) and str(answer) in steps[-1], (t["name"], q, steps)
+                text = f"Question: {q}\nSolution:\n" + "\n".join(steps) + f"\nAnswer: {corpus._fmt(answer.v)}\n"
+                n_eq, got = check_math_text(text)
+                assert got == answer.v and n_eq >= 1, (t["name"], text)
+    assert n_paths == 38 + 3 + 2  # ages, fence, reading have two endings; change, discount two questions
+
+
+def test_word_problem_lines_are_data_not_code():
+    bad = {"let": ["x = ().__class__"], "question": "{x}", "steps": ["{x}"], "answer": "x"}
+    with pytest.raises(ValueError, match="not a plain assignment"):
+        corpus._word_problem(bad, random.Random(0))
+    with pytest.raises(ValueError, match="not a plain assignment"):
+        corpus._word_problem({**bad, "let": ["import os"]}, random.Random(0))
+    ok = {"let": ["a, b = randint(1, 9), randint(1, 9) until a < b", "c = eq(b - a)", "d = eq($c * 1.5)"],
+          "question": "{a} {b}?", "steps": ["It is {c}, then {d}."], "answer": "d"}
+    q, steps, answer = corpus._word_problem(ok, random.Random(3))
+    a, b = map(int, q[:-1].split())
+    assert a < b and steps == [f"It is {b} - {a} = {b - a}, then ${b - a} * 1.5 = {corpus._d((b - a) * Fraction(3, 2))}."]
+    assert answer.money
+
+
 def test_long_class_is_chunked_into_valid_python():
     methods = "\n".join(
         f"    def method_{i}(self, x):\n        \"\"\"Doc {i}.\"\"\"\n" + "".join(
@@ -125,11 +183,15 @@ def test_long_class_is_chunked_into_valid_python():
 
 # ------------------------------------------------------------------------------------------- tokenizer
 
-tokenizer_mod = pytest.importorskip("spot.build.tokenizer")
+@pytest.fixture(scope="module")
+def tokenizer_mod():
+    # Skips only the tokenizer tests where spot.build.tokenizer is absent (a module-level importorskip skipped the
+    # whole file, the corpus tests included).
+    return pytest.importorskip("spot.build.tokenizer")
 
 
 @pytest.fixture(scope="module")
-def tok():
+def tok(tokenizer_mod):
     return tokenizer_mod.load_tokenizer()
 
 
@@ -181,12 +243,12 @@ def test_decode_special_tokens(tok):
         tok.encode(b"bytes")
 
 
-def test_load_missing_tokenizer(tmp_path):
+def test_load_missing_tokenizer(tokenizer_mod, tmp_path):
     with pytest.raises(FileNotFoundError):
         tokenizer_mod.load_tokenizer(tmp_path / "nope.json")
 
 
-def test_training_is_deterministic(small_corpus, tmp_path):
+def test_training_is_deterministic(tokenizer_mod, small_corpus, tmp_path):
     out, _ = small_corpus
     a = tokenizer_mod.train_tokenizer(out, vocab_size=600)
     b = tokenizer_mod.train_tokenizer(out, vocab_size=600)
@@ -198,7 +260,7 @@ def test_training_is_deterministic(small_corpus, tmp_path):
     assert c.decode(c.encode(CODE)) == CODE
 
 
-def test_encode_documents(small_corpus, tok, tmp_path):
+def test_encode_documents(tokenizer_mod, small_corpus, tok, tmp_path):
     out, man = small_corpus
     arr = tokenizer_mod.encode_documents(out, tok, "heldout")
     assert arr.dtype == np.uint16

@@ -6,9 +6,9 @@ Three sources, all available without a network and all licence-clean:
   of whole top-level statements (functions, classes, import blocks) of a few hundred to a few thousand characters.
 * ``docs``  - the Python reference topics shipped in ``pydoc_data.topics`` plus pydoc-style help pages rendered
   (by ``ast``, without importing anything) from the docstrings of the same standard-library modules (PSF licence).
-* ``math``  - grade-school arithmetic word problems with worked, step-by-step solutions from the template
-  generator in this file (the project's own text). Every ``a op b = c`` in a solution is exact and the final line
-  is ``Answer: N``.
+* ``math``  - grade-school arithmetic word problems with worked, step-by-step solutions from the templates in
+  ``word_problems.toml`` beside this file, evaluated by ``_word_problem`` (the project's own text). Every
+  ``a op b = c`` in a solution is exact and the final line is ``Answer: N``.
 
 Output (``build_corpus``): ``train.jsonl`` and ``heldout.jsonl`` (one JSON object per line:
 ``{"id", "source", "group", "text"}``) and ``manifest.json`` (sizes, counts, checksums). The split is by document
@@ -22,6 +22,7 @@ Command: ``spot build corpus`` (writes ``.cache/corpus``).
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import json
@@ -29,28 +30,29 @@ import math as _math
 import os
 import random
 import re
+import string
 import sys
 import sysconfig
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 __all__ = [
-    "Document",
     "DEFAULT_MIX",
+    "Document",
     "build_corpus",
-    "read_documents",
-    "split_of",
-    "stdlib_files",
+    "check_math_text",
+    "chunk_python_source",
     "code_documents",
     "docs_documents",
     "math_documents",
     "math_problem",
-    "chunk_python_source",
     "normalise_text",
-    "check_math_text",
+    "read_documents",
+    "split_of",
+    "stdlib_files",
 ]
 
 SPLITS = ("train", "heldout")
@@ -173,7 +175,7 @@ def stdlib_files(stdlib_dir: str | os.PathLike | None = None) -> list[str]:
             if not fn.endswith(".py"):
                 continue
             rel = (rel_dir / fn).as_posix()
-            if rel in _EXCLUDED_FILES or fn.startswith("test_") or fn.startswith("_sysconfigdata"):
+            if rel in _EXCLUDED_FILES or fn.startswith(("test_", "_sysconfigdata")):
                 continue
             path = root / rel
             if path.stat().st_size > _MAX_FILE_BYTES:
@@ -292,13 +294,13 @@ def _indent(text: str, prefix: str) -> str:
 def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     try:
         args = ast.unparse(node.args)
-    except Exception:  # pragma: no cover - defensive
+    except Exception:  # noqa: BLE001  # pragma: no cover - defensive
         args = "..."
     ret = ""
     if node.returns is not None:
         try:
             ret = " -> " + ast.unparse(node.returns)
-        except Exception:  # pragma: no cover
+        except Exception:  # noqa: BLE001  # pragma: no cover
             ret = ""
     prefix = "async " if isinstance(node, ast.AsyncFunctionDef) else ""
     return f"{prefix}{node.name}({args}){ret}"
@@ -411,13 +413,12 @@ def docs_documents(stdlib_dir: str | os.PathLike | None = None, max_files: int |
 
 
 # ----------------------------------------------------------------------------------------------- math
+#
+# The word problems are data: python/spot/build/word_problems.toml holds the word lists and the templates (what each
+# draws, its question, its solution steps, its answer) and documents their format. `_word_problem` below is the
+# whole interpreter.
 
-_FEMALE = ["Anna", "Maria", "Lena", "Sofia", "Emma", "Olivia", "Ava", "Mia", "Chloe", "Grace", "Lily", "Zoe",
-           "Nora", "Ruth", "Alice", "Julia", "Hannah", "Sara", "Priya", "Mei", "Fatima", "Amara", "Elena", "Rosa",
-           "Ines", "Leah", "Clara", "Tara", "Nina", "Ivy"]
-_MALE = ["Tom", "James", "Leo", "Omar", "Ben", "Sam", "Jack", "Noah", "Liam", "Ethan", "Lucas", "David", "Carlos",
-         "Ravi", "Kenji", "Ali", "Mark", "Paul", "Hugo", "Felix", "Oscar", "Max", "Daniel", "Peter", "Ivan",
-         "Marco", "Jonah", "Adam", "Eli", "Theo"]
+_WORD_PROBLEMS = Path(__file__).with_name("word_problems.toml")
 
 
 class _Person:
@@ -432,7 +433,7 @@ def _people(r: random.Random, k: int) -> list[_Person]:
     used: set[str] = set()
     while len(out) < k:
         female = r.random() < 0.5
-        name = r.choice(_FEMALE if female else _MALE)
+        name = r.choice(_word_problems()[0]["FEMALE" if female else "MALE"])
         if name not in used:
             used.add(name)
             out.append(_Person(name, female))
@@ -488,11 +489,6 @@ class _Eq:
     def __str__(self) -> str:
         return self.text
 
-    @property
-    def r(self) -> str:
-        """Just the result, formatted like the equation's right-hand side."""
-        return ("$" if self.money else "") + _fmt(self.v, self.money)
-
 
 def _eval_terms(vals: list[Fraction], ops: list[str]) -> Fraction:
     # precedence: first * and /, left to right, then + and -
@@ -522,577 +518,120 @@ def _d(x: Fraction | int) -> str:
     return "$" + _fmt(x, True)
 
 
-_Problem = tuple[str, list[str], "_Eq"]
-
-_SHOP_ITEMS = [("notebook", "notebooks"), ("pen", "pens"), ("apple", "apples"), ("book", "books"),
-               ("toy car", "toy cars"), ("candle", "candles"), ("cupcake", "cupcakes"), ("shirt", "shirts"),
-               ("ticket", "tickets"), ("plant", "plants"), ("mug", "mugs"), ("puzzle", "puzzles"),
-               ("sandwich", "sandwiches"), ("bracelet", "bracelets"), ("comic book", "comic books"),
-               ("pair of socks", "pairs of socks"), ("bag of rice", "bags of rice"), ("loaf of bread", "loaves of bread")]
-_COUNT_ITEMS = ["stickers", "marbles", "cards", "stamps", "beads", "shells", "coins", "buttons", "pencils",
-                "crayons", "candies", "cookies", "balloons", "blocks", "erasers", "rocks"]
-_FOODS = ["apples", "oranges", "lemons", "peaches", "muffins", "carrots", "eggs", "tomatoes", "bananas", "plums"]
-_CROPS = ["corn", "tomatoes", "beans", "carrots", "sunflowers", "lettuce", "peppers", "potatoes"]
-_PRODUCTS = ["toys", "chairs", "bottles", "bricks", "shoes", "lamps", "boxes", "bicycles", "tables", "cups"]
-_TASKS = [("wash a car", "wash", "cars"), ("paint a fence panel", "paint", "fence panels"),
-          ("bake a cake", "bake", "cakes"), ("mow a lawn", "mow", "lawns"), ("clean a room", "clean", "rooms"),
-          ("fix a bike", "fix", "bikes"), ("knit a scarf", "knit", "scarves")]
-
-
-def _t_change(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    item, items = r.choice(_SHOP_ITEMS)
-    n = r.randint(2, 9)
-    price = _money(r, 1, 15)
-    total = _Eq(n, "*", _M(price), money=True)
-    bill = next(b for b in (5, 10, 20, 50, 100, 200) if b >= total.v + 1)
-    change = _Eq(_M(bill), "-", _M(total.v), money=True)
-    q = r.choice([
-        f"{p.name} buys {n} {items} that cost {_d(price)} each. {p.He} pays with a ${bill} bill. "
-        f"How much change does {p.he} get?",
-        f"One {item} costs {_d(price)}. {p.name} buys {n} of them and pays with a ${bill} bill. "
-        f"How much change should {p.he} receive?",
-    ])
-    steps = [f"The {items} cost {total} in total.", f"{p.His} change is {change}."]
-    return q, steps, change
+def _functions(r: random.Random) -> dict:
+    """The functions a template's `let` lines may call (documented in word_problems.toml); the first group draws
+    from ``r``, in the order the expression calls them."""
+    return {
+        "person": lambda: _people(r, 1)[0],
+        "people": lambda k: _people(r, k),
+        "randint": r.randint,
+        "randints": lambda k, lo, hi: [r.randint(lo, hi) for _ in range(k)],
+        "choice": r.choice,
+        "sample": r.sample,
+        "coin": lambda: r.random() < 0.5,
+        "money": lambda lo, hi, *cents: _money(r, lo, hi, *cents),
+        "int": int, "max": max, "min": min, "sum": sum, "gcd": _math.gcd,
+        "first_at_least": lambda values, x: next(v for v in values if v >= x),
+        "listing": lambda xs: ", ".join(str(x) for x in xs[:-1]) + f" and {xs[-1]}",
+    }
 
 
-def _t_two_items(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    (i1, s1), (i2, s2) = r.sample(_SHOP_ITEMS, 2)
-    a, b = r.randint(2, 8), r.randint(2, 8)
-    p1, p2 = _money(r, 1, 12), _money(r, 1, 20)
-    e1 = _Eq(a, "*", _M(p1), money=True)
-    e2 = _Eq(b, "*", _M(p2), money=True)
-    tot = _Eq(_M(e1.v), "+", _M(e2.v), money=True)
-    q = f"{p.name} buys {a} {s1} at {_d(p1)} each and {b} {s2} at {_d(p2)} each. How much does {p.he} spend in total?"
-    steps = [f"The {s1} cost {e1}.", f"The {s2} cost {e2}.", f"In total {p.he} spends {tot}."]
-    return q, steps, tot
+# A `let` line is one Python assignment built from these nodes only (no attributes, no statements beyond `=`).
+_ALLOWED_NODES = (ast.Module, ast.Expression, ast.Assign, ast.Name, ast.Load, ast.Store, ast.Tuple, ast.List,
+                  ast.Constant, ast.BinOp, ast.UnaryOp, ast.USub, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod,
+                  ast.Compare, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.IfExp, ast.Call,
+                  ast.Subscript)
+_EQ_LINE = re.compile(r"(\w+) = eq\((.+)\)")
 
 
-def _t_discount(r: random.Random) -> _Problem:
-    item, _ = r.choice(_SHOP_ITEMS)
-    price = r.randint(2, 40) * 5
-    pct = r.choice([10, 15, 20, 25, 30, 40, 50])
-    disc = _Eq(_M(price), "*", pct, "/", 100, money=True)
-    sale = _Eq(_M(price), "-", _M(disc.v), money=True)
-    q = r.choice([
-        f"A {item} costs ${price}. It is on sale for {pct}% off. What is the sale price?",
-        f"A store sells a {item} for ${price}. During a sale, the price is reduced by {pct}%. "
-        f"How much does the {item} cost during the sale?",
-    ])
-    steps = [f"The discount is {disc}.", f"The sale price is {sale}."]
-    return q, steps, sale
+@functools.cache
+def _compiled(src: str, mode: str):
+    tree = ast.parse(src, mode=mode)
+    bad = sorted({type(n).__name__ for n in ast.walk(tree) if not isinstance(n, _ALLOWED_NODES)})
+    if bad or (mode == "exec" and not (len(tree.body) == 1 and isinstance(tree.body[0], ast.Assign))):
+        raise ValueError(f"word_problems.toml: {src!r} is not a plain assignment/expression ({', '.join(bad)})")
+    return compile(tree, "word_problems.toml", mode)
 
 
-def _t_ages(r: random.Random) -> _Problem:
-    a, b = _people(r, 2)
-    x, y, z = r.randint(2, 30), r.randint(3, 40), r.randint(2, 15)
-    age_a = _Eq(y, "+", x)
-    if r.random() < 0.5:
-        fut = _Eq(age_a.v, "+", z)
-        q = f"{a.name} is {x} years older than {b.name}. {b.name} is {y} years old. How old will {a.name} be in {z} years?"
-        steps = [f"{a.name} is {age_a} years old now.", f"In {z} years {a.he} will be {fut} years old."]
-        return q, steps, fut
-    tot = _Eq(age_a.v, "+", y)
-    q = f"{b.name} is {y} years old. {a.name} is {x} years older than {b.name}. What is the sum of their ages?"
-    steps = [f"{a.name} is {age_a} years old.", f"The sum of their ages is {tot}."]
-    return q, steps, tot
-
-
-def _t_age_times(r: random.Random) -> _Problem:
-    a, b = _people(r, 2)
-    k, y = r.randint(2, 6), r.randint(2, 15)
-    age_a = _Eq(k, "*", y)
-    diff = _Eq(age_a.v, "-", y)
-    q = f"{a.name} is {k} times as old as {b.name}. If {b.name} is {y} years old, how many years older is {a.name}?"
-    steps = [f"{a.name} is {age_a} years old.", f"{a.name} is {diff} years older than {b.name}."]
-    return q, steps, diff
-
-
-def _t_travel(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    s1, s2 = r.randint(3, 14) * 5, r.randint(3, 14) * 5
-    h1, h2 = r.randint(1, 5), r.randint(1, 4)
-    d1 = _Eq(s1, "*", h1)
-    d2 = _Eq(s2, "*", h2)
-    tot = _Eq(d1.v, "+", d2.v)
-    vehicle = r.choice(["drives", "rides a motorbike", "travels by train"])
-    q = (f"{p.name} {vehicle} at {s1} miles per hour for {h1} hours, then at {s2} miles per hour for {h2} hours. "
-         f"How many miles does {p.he} travel in total?")
-    steps = [f"First {p.he} travels {d1} miles.", f"Then {p.he} travels {d2} miles.",
-             f"In total {p.he} travels {tot} miles."]
-    return q, steps, tot
-
-
-def _t_production(r: random.Random) -> _Problem:
-    prod = r.choice(_PRODUCTS)
-    n, h, d = r.randint(5, 60), r.randint(4, 12), r.randint(2, 7)
-    per_day = _Eq(n, "*", h)
-    tot = _Eq(per_day.v, "*", d)
-    place = r.choice(["A factory", "A workshop", "A machine", "A small company"])
-    q = f"{place} makes {n} {prod} per hour. It works {h} hours a day. How many {prod} does it make in {d} days?"
-    steps = [f"In one day it makes {per_day} {prod}.", f"In {d} days it makes {tot} {prod}."]
-    return q, steps, tot
-
-
-def _t_fraction_give(r: random.Random) -> _Problem:
-    p, f = _people(r, 2)
-    thing = r.choice(_COUNT_ITEMS)
-    a, b = r.choice([(1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (1, 5), (2, 5), (3, 5)])
-    n = b * r.randint(3, 20)
-    m = r.randint(2, 25)
-    give = _Eq(n, "*", a, "/", b)
-    left = _Eq(n, "-", give.v)
-    now = _Eq(left.v, "+", m)
-    q = (f"{p.name} has {n} {thing}. {p.He} gives {a}/{b} of them to {f.name}. Then {p.he} buys {m} more. "
-         f"How many {thing} does {p.he} have now?")
-    steps = [f"{p.He} gives away {give} {thing}.", f"{p.He} has {left} {thing} left.",
-             f"After buying more, {p.he} has {now} {thing}."]
-    return q, steps, now
-
-
-def _t_percent_class(r: random.Random) -> _Problem:
-    n = 20 * r.randint(1, 6)
-    pct = 5 * r.randint(2, 18)
-    girls = _Eq(n, "*", pct, "/", 100)
-    boys = _Eq(n, "-", girls.v)
-    where = r.choice(["in a class", "in a school club", "on a field trip", "in a music school"])
-    q = f"There are {n} students {where}. {pct}% of them are girls. How many boys are there?"
-    steps = [f"There are {girls} girls.", f"There are {boys} boys."]
-    return q, steps, boys
-
-
-def _t_savings(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    thing = r.choice(["bike", "game console", "guitar", "telescope", "tablet", "pair of skates", "camera"])
-    w, s, h = r.randint(2, 20), r.randint(2, 25), r.randint(0, 60)
-    goal = h + s * w
-    need = _Eq(goal, "-", h)
-    weeks = _Eq(need.v, "/", s)
-    q = (f"{p.name} wants to buy a {thing} that costs ${goal}. {p.He} has ${h} saved and saves ${s} each week. "
-         f"How many weeks will it take {p.him} to have enough money?")
-    steps = [f"{p.He} still needs {_Eq(_M(goal), '-', _M(h), money=True)}.", f"It will take {weeks} weeks."]
-    return q, steps, weeks
-
-
-def _t_recipe(r: random.Random) -> _Problem:
-    a, b, m = r.randint(1, 5), r.choice([6, 8, 10, 12, 20, 24]), r.randint(2, 6)
-    c = b * m
-    ing = r.choice(["cups of flour", "eggs", "spoons of sugar", "cups of milk", "sticks of butter"])
-    food = r.choice(["cookies", "pancakes", "muffins", "biscuits"])
-    batches = _Eq(c, "/", b)
-    need = _Eq(a, "*", batches.v)
-    q = f"A recipe uses {a} {ing} to make {b} {food}. How many {ing} are needed to make {c} {food}?"
-    steps = [f"{c} {food} is {batches} batches.", f"That needs {need} {ing}."]
-    return q, steps, need
-
-
-def _t_fence(r: random.Random) -> _Problem:
-    l, w = r.randint(4, 40), r.randint(3, 30)
-    if r.random() < 0.5:
-        c = r.randint(2, 15)
-        per = _Eq(2, "*", l, "+", 2, "*", w)
-        cost = _Eq(per.v, "*", _M(c), money=True)
-        q = (f"A rectangular garden is {l} meters long and {w} meters wide. Fencing costs ${c} per meter. "
-             f"How much does it cost to put a fence around the garden?")
-        steps = [f"The perimeter is {per} meters.", f"The fence costs {cost}."]
-        return q, steps, cost
-    k = r.randint(2, 9)
-    area = _Eq(l, "*", w)
-    seeds = _Eq(area.v, "*", k)
-    q = (f"A rectangular field is {l} meters long and {w} meters wide. A farmer plants {k} seeds in each square "
-         f"meter. How many seeds does the farmer plant?")
-    steps = [f"The area is {area} square meters.", f"The farmer plants {seeds} seeds."]
-    return q, steps, seeds
-
-
-def _t_cartons(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    k = r.choice([4, 6, 8, 10, 12])
-    q_, rem = r.randint(2, 15), r.randint(1, k - 1)
-    n = k * q_ + rem
-    food = r.choice(_FOODS)
-    full = _Eq(k, "*", q_)
-    left = _Eq(n, "-", full.v)
-    q = (f"{p.name} packs {n} {food} into boxes that hold {k} each. {p.He} fills as many boxes as possible. "
-         f"How many {food} are left over?")
-    steps = [f"{p.He} can fill {q_} boxes, which hold {full} {food}.", f"So {left} {food} are left over."]
-    return q, steps, left
-
-
-def _t_inventory(r: random.Random) -> _Problem:
-    prod = r.choice(["shirts", "hats", "books", "plants", "bottles of juice", "lamps", "scarves", "kites"])
-    a, b = r.randint(5, 60), r.randint(5, 60)
-    n = a + b + r.randint(10, 200)
-    c = r.randint(10, 120)
-    sold = _Eq(a, "+", b)
-    left = _Eq(n, "-", sold.v)
-    now = _Eq(left.v, "+", c)
-    d1, d2, d3 = r.choice([("Monday", "Tuesday", "Wednesday"), ("Thursday", "Friday", "Saturday"),
-                           ("the morning", "the afternoon", "the evening")])
-    q = (f"A store has {n} {prod}. It sells {a} on {d1} and {b} on {d2}. On {d3} it receives {c} more. "
-         f"How many {prod} does the store have now?")
-    steps = [f"The store sells {sold} {prod}.", f"It has {left} {prod} left.", f"Now it has {now} {prod}."]
-    return q, steps, now
-
-
-def _t_overtime(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    w = r.randint(8, 30)
-    h = r.randint(41, 55)
-    base = _Eq(40, "*", _M(w), money=True)
-    extra = _Eq(h, "-", 40)
-    rate = _Eq(_M(w), "*", Fraction(3, 2), money=True)
-    ot = _Eq(extra.v, "*", _M(rate.v), money=True)
-    tot = _Eq(_M(base.v), "+", _M(ot.v), money=True)
-    q = (f"{p.name} earns ${w} per hour. Hours over 40 in a week are paid at 1.5 times the normal rate. "
-         f"{p.He} works {h} hours this week. How much does {p.he} earn?")
-    steps = [f"For the first 40 hours {p.he} earns {base}.", f"{p.He} works {extra} extra hours.",
-             f"The overtime rate is {rate} per hour.", f"The overtime pay is {ot}.", f"In total {p.he} earns {tot}."]
-    return q, steps, tot
-
-
-def _t_compare(r: random.Random) -> _Problem:
-    a, b, c = _people(r, 3)
-    thing = r.choice(_COUNT_ITEMS)
-    x, y = r.randint(3, 40), r.randint(2, 25)
-    k = r.choice([2, 3])
-    word = {2: "twice", 3: "three times"}[k]
-    nb = _Eq(x, "+", y)
-    nc = _Eq(k, "*", nb.v)
-    tot = _Eq(x, "+", nb.v, "+", nc.v)
-    q = (f"{a.name} has {x} {thing}. {b.name} has {y} more {thing} than {a.name}. {c.name} has {word} as many "
-         f"{thing} as {b.name}. How many {thing} do they have altogether?")
-    steps = [f"{b.name} has {nb} {thing}.", f"{c.name} has {nc} {thing}.", f"Altogether they have {tot} {thing}."]
-    return q, steps, tot
-
-
-def _t_average(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    k = r.choice([3, 4, 5])
-    while True:
-        scores = [r.randint(55, 100) for _ in range(k)]
-        if sum(scores) % k == 0:
-            break
+def _equation(spec: str, values: dict) -> _Eq:
+    """``eq(a * $b - 3)``: names and numbers between the operators; ``$`` marks money (a money operand makes the
+    result money); a name bound to a list stands for its items added."""
+    tokens: list[str] = []
+    for i, tok in enumerate(spec.split()):
+        items = values.get(tok) if i % 2 == 0 else None
+        tokens.extend(" + ".join(str(x) for x in items).split() if isinstance(items, list) else [tok])
     terms: list = []
-    for i, s in enumerate(scores):
-        if i:
-            terms.append("+")
-        terms.append(s)
-    tot = _Eq(*terms)
-    avg = _Eq(tot.v, "/", k)
-    listed = ", ".join(str(s) for s in scores[:-1]) + f" and {scores[-1]}"
-    q = f"{p.name} scored {listed} on {['', '', '', 'three', 'four', 'five'][k]} tests. What is {p.his} average score?"
-    steps = [f"The total is {tot}.", f"The average is {avg}."]
-    return q, steps, avg
+    for i, tok in enumerate(tokens):
+        if i % 2:
+            terms.append(tok)  # an operator; _Eq checks it
+            continue
+        name = tok.removeprefix("$")
+        v = values[name] if name.isidentifier() else Fraction(name)
+        terms.append(_M(v) if tok.startswith("$") else v)
+    return _Eq(*terms, money=any(t.startswith("$") for t in tokens[::2]))
 
 
-def _t_task_time(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    task, verb, objs = r.choice(_TASKS)
-    m = r.choice([10, 12, 15, 20, 30, 40, 45])
-    step = 60 // _math.gcd(60, m)
-    n = step * r.randint(1, 6)
-    mins = _Eq(n, "*", m)
-    hours = _Eq(mins.v, "/", 60)
-    q = f"It takes {p.name} {m} minutes to {task}. How many hours does it take {p.him} to {verb} {n} {objs}?"
-    steps = [f"It takes {mins} minutes.", f"That is {hours} hours."]
-    return q, steps, hours
+def _run_lets(lines: list[str], values: dict, equations: dict) -> None:
+    """Run a template's `let` lines in order: ``values`` maps names to numbers/words (an equation to its result),
+    ``equations`` maps the names of equations to the equations (for the text)."""
+    for line in lines:
+        m = _EQ_LINE.fullmatch(line)
+        if m:
+            eq = _equation(m.group(2), values)
+            values[m.group(1)] = eq.v
+            equations[m.group(1)] = eq
+            continue
+        stmt, _, until = line.partition(" until ")
+        while True:
+            exec(_compiled(stmt, "exec"), values)  # noqa: S102 - an assignment of whitelisted nodes
+            if not until or eval(_compiled(until, "eval"), values):
+                break
 
 
-def _t_dozens(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    d = r.randint(1, 8)
-    total = 12 * d
-    u = r.randint(1, total - 1)
-    food = r.choice(["eggs", "rolls", "donuts", "cookies", "roses"])
-    n = _Eq(d, "*", 12)
-    left = _Eq(n.v, "-", u)
-    use = {"eggs": "uses", "rolls": "eats", "donuts": "gives away", "cookies": "sells", "roses": "gives away"}[food]
-    q = f"{p.name} buys {d} dozen {food}. {p.He} {use} {u} of them. How many {food} are left?"
-    steps = [f"{p.He} buys {n} {food}.", f"{left} {food} are left."]
-    return q, steps, left
+class _Text(string.Formatter):
+    """str.format with one extra spec: ``{price:$}`` writes a money amount ($2.50, $3)."""
+
+    def format_field(self, value, format_spec):
+        return _d(value) if format_spec == "$" else super().format_field(value, format_spec)
 
 
-def _t_garden_rows(r: random.Random) -> _Problem:
-    crop = r.choice(_CROPS)
-    rows, per = r.randint(3, 20), r.randint(4, 30)
-    total = rows * per
-    dead = r.randint(1, total // 3)
-    n = _Eq(rows, "*", per)
-    left = _Eq(n.v, "-", dead)
-    q = (f"A farmer plants {rows} rows of {crop} with {per} plants in each row. {dead} of the plants do not grow. "
-         f"How many plants grow?")
-    steps = [f"The farmer plants {n} plants.", f"{left} plants grow."]
-    return q, steps, left
+def _word_problem(template: dict, r: random.Random) -> tuple[str, list[str], _Eq]:
+    """Evaluate one template of word_problems.toml: (question, solution steps, answer equation)."""
+    values: dict = {"__builtins__": {}, **_word_problems()[0], **_functions(r)}
+    equations: dict[str, _Eq] = {}
+    _run_lets(template.get("let", []), values, equations)
+    if "either" in template:
+        template = template["either"][0 if r.random() < 0.5 else 1]
+        _run_lets(template.get("let", []), values, equations)
+    question = template["question"]
+    if isinstance(question, list):
+        question = r.choice(question)
+    names = {**values, **equations}
+    text = _Text()
+    return (text.vformat(question, (), names), [text.vformat(s, (), names) for s in template["steps"]],
+            equations[template["answer"]])
 
 
-def _t_bus(r: random.Random) -> _Problem:
-    n = r.randint(10, 60)
-    a = r.randint(1, n - 1)
-    b = r.randint(1, 30)
-    x = _Eq(n, "-", a)
-    y = _Eq(x.v, "+", b)
-    c = r.randint(1, int(y.v))
-    z = _Eq(y.v, "-", c)
-    veh = r.choice(["bus", "train", "tram", "ferry"])
-    q = (f"A {veh} starts with {n} passengers. At the first stop, {a} people get off and {b} people get on. "
-         f"At the second stop, {c} people get off. How many passengers are on the {veh} now?")
-    steps = [f"After {a} get off, there are {x} passengers.", f"After {b} get on, there are {y} passengers.",
-             f"After {c} get off, there are {z} passengers."]
-    return q, steps, z
-
-
-def _t_reading(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    x, d = r.randint(5, 40), r.randint(2, 14)
-    if r.random() < 0.5:
-        pages = x * d + r.randint(10, 300)
-        read = _Eq(x, "*", d)
-        left = _Eq(pages, "-", read.v)
-        q = (f"A book has {pages} pages. {p.name} reads {x} pages every day. After {d} days, how many pages does "
-             f"{p.he} still have to read?")
-        steps = [f"{p.He} reads {read} pages.", f"{p.He} still has {left} pages to read."]
-        return q, steps, left
-    pages = x * d
-    days = _Eq(pages, "/", x)
-    q = f"A book has {pages} pages. {p.name} reads {x} pages every day. How many days does it take {p.him} to finish the book?"
-    steps = [f"It takes {days} days."]
-    return q, steps, days
-
-
-def _t_profit(r: random.Random) -> _Problem:
-    t, price = r.randint(20, 300), _money(r, 1, 12, (0, 0, 50))
-    income = _Eq(t, "*", _M(price), money=True)
-    cost = r.randint(10, max(10, int(income.v) - 1))
-    prof = _Eq(_M(income.v), "-", _M(cost), money=True)
-    who = r.choice(["The school club", "A bakery", "The football team", "A small theatre", "The art class"])
-    what = r.choice(["tickets", "cakes", "raffle tickets", "T-shirts", "calendars"])
-    q = f"{who} sells {t} {what} for {_d(price)} each. It spent ${cost} on supplies. How much profit does it make?"
-    steps = [f"The sales bring in {income}.", f"The profit is {prof}."]
-    return q, steps, prof
-
-
-def _t_tank(r: random.Random) -> _Problem:
-    rate, mins = r.randint(2, 25), r.randint(3, 40)
-    start = r.randint(0, 200)
-    cap = start + rate * mins
-    need = _Eq(cap, "-", start)
-    t = _Eq(need.v, "/", rate)
-    q = (f"A tank holds {cap} liters of water. It already has {start} liters in it. A pump adds {rate} liters per "
-         f"minute. How many minutes does it take to fill the tank?")
-    steps = [f"The tank needs {need} more liters.", f"It takes {t} minutes."]
-    return q, steps, t
-
-
-def _t_bill(r: random.Random) -> _Problem:
-    k = r.randint(2, 6)
-    meal = 20 * k * r.randint(1, 4)
-    pct = r.choice([10, 15, 20, 25])
-    tip = _Eq(_M(meal), "*", pct, "/", 100, money=True)
-    tot = _Eq(_M(meal), "+", _M(tip.v), money=True)
-    each = _Eq(_M(tot.v), "/", k, money=True)
-    q = (f"{k} friends eat at a restaurant. The meal costs ${meal}. They leave a {pct}% tip and split the total "
-         f"equally. How much does each friend pay?")
-    steps = [f"The tip is {tip}.", f"The total is {tot}.", f"Each friend pays {each}."]
-    return q, steps, each
-
-
-def _t_truck(r: random.Random) -> _Problem:
-    w, n = r.randint(5, 60), r.randint(10, 80)
-    cap = w * n
-    a = r.randint(1, n - 1)
-    fit = _Eq(cap, "/", w)
-    more = _Eq(fit.v, "-", a)
-    q = (f"Each box weighs {w} kilograms. A truck can carry {cap} kilograms. The truck already has {a} boxes on it. "
-         f"How many more boxes can it carry?")
-    steps = [f"The truck can carry {fit} boxes.", f"It can carry {more} more boxes."]
-    return q, steps, more
-
-
-def _t_legs(r: random.Random) -> _Problem:
-    a2 = r.choice(["chickens", "ducks", "geese"])
-    a4 = r.choice(["cows", "pigs", "sheep", "goats", "horses"])
-    c, g = r.randint(2, 40), r.randint(2, 30)
-    l2 = _Eq(c, "*", 2)
-    l4 = _Eq(g, "*", 4)
-    tot = _Eq(l2.v, "+", l4.v)
-    q = f"A farm has {c} {a2} and {g} {a4}. How many legs do these animals have in total?"
-    steps = [f"The {a2} have {l2} legs.", f"The {a4} have {l4} legs.", f"In total there are {tot} legs."]
-    return q, steps, tot
-
-
-def _t_ratio(r: random.Random) -> _Problem:
-    a, b = r.choice([(1, 2), (2, 3), (3, 4), (1, 3), (2, 5), (3, 5), (4, 5), (1, 4), (5, 7)])
-    if r.random() < 0.5:
-        a, b = b, a
-    k = r.randint(2, 15)
-    n = (a + b) * k
-    c1, c2 = r.sample(["red", "blue", "green", "yellow", "white", "black"], 2)
-    thing = r.choice(["marbles", "beads", "balloons", "pens", "socks"])
-    s = _Eq(a, "+", b)
-    part = _Eq(n, "/", s.v)
-    res = _Eq(a, "*", part.v)
-    q = (f"The ratio of {c1} {thing} to {c2} {thing} in a box is {a}:{b}. There are {n} {thing} in total. "
-         f"How many {c1} {thing} are there?")
-    steps = [f"There are {s} parts in total.", f"Each part is {part} {thing}.", f"There are {res} {c1} {thing}."]
-    return q, steps, res
-
-
-def _t_walk(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    m = r.choice([30, 60, 90, 120, 150, 180])
-    s = 2 * r.randint(1, 8)
-    h = _Eq(m, "/", 60)
-    d = _Eq(s, "*", h.v)
-    verb = r.choice(["walks", "jogs", "cycles", "skates"])
-    q = f"{p.name} {verb} at {s} kilometers per hour. How many kilometers does {p.he} cover in {m} minutes?"
-    steps = [f"{m} minutes is {h} hours.", f"{p.He} covers {d} kilometers."]
-    return q, steps, d
-
-
-def _t_chores(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    a, b = r.choice([(1, 2), (1, 3), (2, 3), (1, 4), (3, 4), (1, 5), (2, 5)])
-    while True:
-        e, n = r.randint(2, 15), r.randint(2, 12)
-        if (e * n) % b == 0:
-            break
-    earned = _Eq(n, "*", _M(e), money=True)
-    spent = _Eq(_M(earned.v), "*", a, "/", b, money=True)
-    left = _Eq(_M(earned.v), "-", _M(spent.v), money=True)
-    toy = r.choice(["book", "game", "kite", "ball", "puzzle", "model plane"])
-    q = (f"{p.name} earns ${e} for each chore. {p.He} does {n} chores and spends {a}/{b} of the money on a {toy}. "
-         f"How much money does {p.he} have left?")
-    steps = [f"{p.He} earns {earned}.", f"{p.He} spends {spent}.", f"{p.He} has {left} left."]
-    return q, steps, left
-
-
-def _t_growth(r: random.Random) -> _Problem:
-    h, g, w = r.randint(2, 60), r.randint(1, 9), r.randint(2, 12)
-    thing = r.choice(["plant", "tree", "sunflower", "bean plant", "puppy"])
-    unit = "centimeters"
-    grow = _Eq(g, "*", w)
-    tall = _Eq(h, "+", grow.v)
-    q = f"A {thing} is {h} {unit} tall. It grows {g} {unit} each week. How tall is it after {w} weeks?"
-    steps = [f"It grows {grow} {unit}.", f"It is {tall} {unit} tall."]
-    return q, steps, tall
-
-
-def _t_doubling(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    a = r.randint(2, 30)
-    months = ["January", "February", "March", "April"]
-    e1 = _Eq(a, "*", 2)
-    e2 = _Eq(e1.v, "*", 2)
-    e3 = _Eq(e2.v, "*", 2)
-    tot = _Eq(a, "+", e1.v, "+", e2.v, "+", e3.v)
-    q = (f"{p.name} saves ${a} in {months[0]}. Each month {p.he} saves twice as much as the month before. "
-         f"How much does {p.he} save from {months[0]} to {months[3]}?")
-    steps = [f"In {months[1]} {p.he} saves {e1}.", f"In {months[2]} {p.he} saves {e2}.",
-             f"In {months[3]} {p.he} saves {e3}.", f"In total {p.he} saves {tot}."]
-    return q, steps, tot
-
-
-def _t_coins(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    q_, d, n = r.randint(1, 15), r.randint(1, 15), r.randint(1, 15)
-    e1, e2, e3 = _Eq(q_, "*", 25), _Eq(d, "*", 10), _Eq(n, "*", 5)
-    tot = _Eq(e1.v, "+", e2.v, "+", e3.v)
-    q = f"{p.name} has {q_} quarters, {d} dimes and {n} nickels. How many cents does {p.he} have?"
-    steps = [f"The quarters are worth {e1} cents.", f"The dimes are worth {e2} cents.",
-             f"The nickels are worth {e3} cents.", f"In total {p.he} has {tot} cents."]
-    return q, steps, tot
-
-
-def _t_pizza(r: random.Random) -> _Problem:
-    k, s = r.randint(2, 6), r.choice([6, 8, 10, 12])
-    total = k * s
-    ppl = r.randint(2, 8)
-    e = r.randint(1, max(1, total // ppl))
-    food = r.choice([("pizzas", "slices"), ("pies", "pieces"), ("cakes", "pieces"), ("loaves", "slices")])
-    n = _Eq(k, "*", s)
-    eaten = _Eq(ppl, "*", e)
-    left = _Eq(n.v, "-", eaten.v)
-    q = (f"There are {k} {food[0]}, each cut into {s} {food[1]}. {ppl} people each eat {e} {food[1]}. "
-         f"How many {food[1]} are left?")
-    steps = [f"There are {n} {food[1]}.", f"The people eat {eaten} {food[1]}.", f"{left} {food[1]} are left."]
-    return q, steps, left
-
-
-def _t_tiles(r: random.Random) -> _Problem:
-    t = r.choice([2, 3, 4, 5, 6, 9])
-    while True:
-        l, w = r.randint(4, 30), r.randint(3, 25)
-        if (l * w) % t == 0:
-            break
-    area = _Eq(l, "*", w)
-    n = _Eq(area.v, "/", t)
-    q = f"A floor is {l} feet long and {w} feet wide. Each tile covers {t} square feet. How many tiles are needed?"
-    steps = [f"The floor is {area} square feet.", f"It needs {n} tiles."]
-    return q, steps, n
-
-
-def _t_temperature(r: random.Random) -> _Problem:
-    t, a = r.randint(-5, 25), r.randint(2, 15)
-    b = r.randint(2, 20)
-    noon = _Eq(t, "+", a)
-    night = _Eq(noon.v, "-", b)
-    city = r.choice(["In the morning", "At 6 a.m.", "At sunrise"])
-    q = (f"{city} the temperature is {t} degrees. It rises {a} degrees by noon and then falls {b} degrees by night. "
-         f"What is the temperature at night?")
-    steps = [f"At noon it is {noon} degrees.", f"At night it is {night} degrees."]
-    return q, steps, night
-
-
-def _t_unit_price(r: random.Random) -> _Problem:
-    (p,) = _people(r, 1)
-    food = r.choice(_FOODS)
-    n = r.choice([2, 4, 5, 10])
-    unit = _money(r, 1, 4, (0, 25, 50, 75)) if n in (2, 4) else _money(r, 1, 4, (0, 20, 40, 60, 80))
-    price = unit * n
-    m = r.randint(2, 12)
-    u = _Eq(_M(price), "/", n, money=True)
-    cost = _Eq(m, "*", _M(u.v), money=True)
-    q = f"{n} {food} cost {_d(price)}. How much do {m} {food} cost?"
-    steps = [f"One costs {u}.", f"{m} cost {cost}."]
-    return q, steps, cost
-
-
-def _t_sum_after(r: random.Random) -> _Problem:
-    a, b = _people(r, 2)
-    thing = r.choice(_COUNT_ITEMS)
-    x = r.randint(10, 80)
-    g = r.randint(1, x - 1)
-    y = r.randint(2, 50)
-    ax = _Eq(x, "-", g)
-    by = _Eq(y, "+", g)
-    diff_word, diff = (("more", _Eq(ax.v, "-", by.v)) if ax.v >= by.v else ("fewer", _Eq(by.v, "-", ax.v)))
-    q = (f"{a.name} has {x} {thing} and {b.name} has {y} {thing}. {a.name} gives {g} {thing} to {b.name}. "
-         f"How many {diff_word} {thing} does {a.name} have than {b.name} now?")
-    steps = [f"{a.name} has {ax} {thing}.", f"{b.name} has {by} {thing}.",
-             f"{a.name} has {diff} {diff_word} {thing}."]
-    return q, steps, diff
-
-
-_TEMPLATES: list[Callable[[random.Random], _Problem]] = [
-    _t_change, _t_two_items, _t_discount, _t_ages, _t_age_times, _t_travel, _t_production, _t_fraction_give,
-    _t_percent_class, _t_savings, _t_recipe, _t_fence, _t_cartons, _t_inventory, _t_overtime, _t_compare,
-    _t_average, _t_task_time, _t_dozens, _t_garden_rows, _t_bus, _t_reading, _t_profit, _t_tank, _t_bill,
-    _t_truck, _t_legs, _t_ratio, _t_walk, _t_chores, _t_growth, _t_doubling, _t_coins, _t_pizza, _t_tiles,
-    _t_temperature, _t_unit_price, _t_sum_after,
-]
-N_MATH_TEMPLATES = len(_TEMPLATES)
+@functools.cache
+def _word_problems() -> tuple[dict[str, list], list[dict]]:
+    """(word lists, templates) of word_problems.toml, in file order, read once."""
+    try:
+        import tomllib
+    except ModuleNotFoundError as e:  # Python 3.10: the rest of the module works, the math source does not
+        raise RuntimeError("the math source needs Python >= 3.11 (tomllib reads word_problems.toml)") from e
+    with open(_WORD_PROBLEMS, "rb") as f:
+        data = tomllib.load(f)
+    return data["lists"], data["template"]
 
 
 def math_problem(seed: int, index: int) -> str:
     """The ``index``-th generated problem for ``seed`` as text (a pure function of its arguments)."""
     r = random.Random(f"spot-math:{seed}:{index}")
-    template = _TEMPLATES[r.randrange(len(_TEMPLATES))]
-    q, steps, answer = template(r)
+    templates = _word_problems()[1]
+    template = templates[r.randrange(len(templates))]
+    q, steps, answer = _word_problem(template, r)
     if str(answer) not in steps[-1]:  # pragma: no cover - template bug
-        raise AssertionError(f"{template.__name__}: the last step does not state the answer")
+        raise AssertionError(f"{template['name']}: the last step does not state the answer")
     return "Question: " + q + "\nSolution:\n" + "\n".join(steps) + "\nAnswer: " + _fmt(answer.v, answer.money) + "\n"
 
 
@@ -1246,7 +785,7 @@ def build_corpus(out_dir: str | os.PathLike, seed: int = 0, total_mb: float = DE
         "max_files": max_files,
         "max_chars": max_chars,
         "python": sys.version.split()[0],
-        "math_templates": N_MATH_TEMPLATES,
+        "math_templates": len(_word_problems()[1]),
         "budget_bytes": budgets,
         "available_bytes": available,
         "duplicates_dropped": duplicates,
