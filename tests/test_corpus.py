@@ -163,7 +163,8 @@ def test_word_problem_lines_are_data_not_code():
           "question": "{a} {b}?", "steps": ["It is {c}, then {d}."], "answer": "d"}
     q, steps, answer = corpus._word_problem(ok, random.Random(3))
     a, b = map(int, q[:-1].split())
-    assert a < b and steps == [f"It is {b} - {a} = {b - a}, then ${b - a} * 1.5 = {corpus._d((b - a) * Fraction(3, 2))}."]
+    half_again = corpus._d((b - a) * Fraction(3, 2))
+    assert a < b and steps == [f"It is {b} - {a} = {b - a}, then ${b - a} * 1.5 = {half_again}."]
     assert answer.money
 
 
@@ -171,7 +172,8 @@ def test_long_class_is_chunked_into_valid_python():
     methods = "\n".join(
         f"    def method_{i}(self, x):\n        \"\"\"Doc {i}.\"\"\"\n" + "".join(
             f"        x = x + {j}\n" for j in range(8)) + "        return x\n" for i in range(40))
-    src = "import os\n\n\n@decorator\nclass Big(Base):\n    \"\"\"A big class.\"\"\"\n\n" + methods + "\n\ndef tail():\n    return 1\n"
+    src = ("import os\n\n\n@decorator\nclass Big(Base):\n    \"\"\"A big class.\"\"\"\n\n" + methods
+           + "\n\ndef tail():\n    return 1\n")
     chunks = chunk_python_source(src, max_chars=1000)
     assert len(chunks) > 4
     for c in chunks:
@@ -218,7 +220,8 @@ def test_special_ids(tok):
     assert tok.vocab_size == 4096
 
 
-@pytest.mark.parametrize("text", [CODE, MATH, "", " leading and trailing  \n\n", "x\r\ny\n\n\n  z", "日本語 ünïcødé 🙂"])
+@pytest.mark.parametrize("text", [CODE, MATH, "", " leading and trailing  \n\n", "x\r\ny\n\n\n  z",
+                                  "日本語 ünïcødé 🙂"])
 def test_shipped_tokenizer_round_trips(tok, text):
     ids = tok.encode(text)
     assert all(3 <= i < tok.vocab_size for i in ids)

@@ -1,7 +1,6 @@
 """The tree-budget cost model: the choice follows commits per second, and the stored table is read back."""
 
 import pytest
-import torch
 
 import spot
 from spot.budgets import FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate

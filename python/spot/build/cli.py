@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("evaluate", help="next-commit accuracy of a drafter on collected trajectories")
     s.add_argument("--drafter", default=str(CACHE / "drafter"),
-                   help="directory of the drafter (default: the --out of `spot build drafter`; 'default': the shipped one)")
+                   help="drafter directory (default: the --out of `spot build drafter`; 'default': the shipped one)")
     s.add_argument("--data", default=str(CACHE / "trajectories"), help=data_help)
     s.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
     s.add_argument("--heldout-every", type=int, default=8)

@@ -1,4 +1,5 @@
-"""`spot build collect`: trajectories of the target's standard decoding, the order drafter's training data (docs/design.md §2.4).
+"""`spot build collect`: trajectories of the target's standard decoding, the order drafter's training data
+(docs/design.md §2.4).
 
 For every pass of a standard run (state s_k of a block, k commits made) we keep what the drafter will later see
 as stale features: per block position the top-K probabilities and ids, the sampled token, its confidence and the

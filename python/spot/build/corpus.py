@@ -203,7 +203,8 @@ def _node_start(node: ast.AST) -> int:
     return start - 1
 
 
-def _statement_pieces(lines: list[str], body: list[ast.stmt], lo: int, hi: int) -> list[tuple[int, int, ast.stmt | None]]:
+def _statement_pieces(lines: list[str], body: list[ast.stmt], lo: int,
+                      hi: int) -> list[tuple[int, int, ast.stmt | None]]:
     """Cut lines[lo:hi] at the starts of the statements in ``body`` (comment lines directly above a statement
     stay with it). Returns (start, end, node) with node None for a leading piece without a statement."""
     starts: list[tuple[int, ast.stmt]] = []
@@ -335,7 +336,8 @@ def _help_entries(src: str, modname: str) -> tuple[str, list[str]]:
                         not sub.name.startswith("_") or sub.name == "__init__"):
                     sdoc = ast.get_docstring(sub)
                     if sdoc:
-                        members.append(" |  " + _signature(sub) + "\n" + _indent(inspect.cleandoc(sdoc) + "\n", " |      "))
+                        body = _indent(inspect.cleandoc(sdoc) + "\n", " |      ")
+                        members.append(" |  " + _signature(sub) + "\n" + body)
             if not doc and not members:
                 continue
             bases = ", ".join(ast.unparse(b) for b in node.bases)

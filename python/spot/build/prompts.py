@@ -42,7 +42,8 @@ def training_prompts(corpus_dir, count: int, skip=(), skip_fresh: int = 0) -> tu
     """`count` training-split prompts for `spot build collect` and their first row number. `skip` names earlier runs by
     their count: their prompts are left out and the new rows follow theirs, so shards of several runs merge
     without repeating a prompt or a noise row. `skip_fresh` names earlier runs made with the same `skip`: the
-    first `skip_fresh` fresh prompts are theirs. The last TUNE_RESERVE prompts of the pool stay for `spot build tune`."""
+    first `skip_fresh` fresh prompts are theirs. The last TUNE_RESERVE prompts of the pool stay for
+    `spot build tune`."""
     if not skip:
         if skip_fresh:
             raise ValueError("skip_fresh counts prompts after skipped runs; name those runs in skip")
