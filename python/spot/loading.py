@@ -6,11 +6,15 @@ Weights are only ever read with safetensors (no pickles), and nothing is downloa
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+import math
+import os
+import tempfile
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from .model import BlockDiffusionLM, ModelConfig
 from .target import ModelTarget
@@ -19,20 +23,139 @@ WEIGHTS_DIR = Path(__file__).parent / "weights"
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def atomic_write(path, write) -> None:
+    """Call `write(temp_path)` on a temporary file beside `path`, then move it over `path` (`os.replace`): an
+    interrupted write leaves the old `path` intact (and no temporary file behind)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path, text: str) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text))
+
+
 def save_weights(module: torch.nn.Module, directory, name: str, meta: dict) -> None:
-    """`name`.safetensors (float32 state dict) + `name`.json (`meta`) in `directory`."""
+    """`name`.safetensors (float32 state dict) + `name`.json (`meta`) in `directory`.
+
+    Both files are written in full to temporary files first and only then moved into place (`os.replace`), so an
+    interrupted save leaves the previous weights intact and no partial file behind."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in module.state_dict().items()}
-    save_file(state, str(directory / f"{name}.safetensors"))
-    (directory / f"{name}.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    text = json.dumps(meta, indent=1, sort_keys=True) + "\n"
+    config = directory / f"{name}.json"
+    fd, tmp_json = tempfile.mkstemp(dir=directory, prefix=f".{config.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        Path(tmp_json).write_text(text)
+        atomic_write(directory / f"{name}.safetensors", lambda tmp: save_file(state, tmp))
+        os.replace(tmp_json, config)
+    except BaseException:
+        Path(tmp_json).unlink(missing_ok=True)
+        raise
 
 
 def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
-    """The state dict and metadata written by `save_weights` (safetensors: nothing is unpickled)."""
+    """The state dict and metadata written by `save_weights` (safetensors: nothing is unpickled).
+
+    Refuses, naming the file: a missing or unreadable file, JSON that is not an object, and any tensor that is not
+    floating point (weights are floats: integer tensors would be cast silently) or holds NaN/infinity."""
     directory = Path(directory)
-    meta = json.loads((directory / f"{name}.json").read_text())
-    return load_file(str(directory / f"{name}.safetensors")), meta
+    config, weights = directory / f"{name}.json", directory / f"{name}.safetensors"
+    for path in (config, weights):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+    try:
+        meta = json.loads(config.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{config}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{config}: expected a JSON object, got {type(meta).__name__}")
+    try:
+        with safe_open(str(weights), "pt") as f:
+            state = {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError) as e:
+        raise ValueError(f"{weights}: not a readable safetensors file ({e})") from None
+    for key, tensor in state.items():
+        if not tensor.is_floating_point():
+            raise ValueError(f"{weights}: tensor {key!r} has dtype {tensor.dtype}; weights must be floating point")
+        if not bool(torch.isfinite(tensor).all()):
+            raise ValueError(f"{weights}: tensor {key!r} holds NaN or infinite values")
+    return state, meta
+
+
+def check_config_fields(meta, cls, path, optional=()) -> dict:
+    """The fields of dataclass `cls` from a saved config `meta`, type-checked: every field present (except
+    `optional` ones), none unknown, ints as JSON integers (not booleans), floats as finite numbers, bools as
+    booleans. Errors name the file and the field."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: config must be a JSON object, got {type(meta).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(meta) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown config fields {unknown}")
+    missing = sorted(set(known) - set(meta) - set(optional))
+    if missing:
+        raise ValueError(f"{path}: config lacks required fields {missing}")
+    for name, value in meta.items():
+        kind = known[name].type
+        kind = kind.__name__ if isinstance(kind, type) else str(kind)
+        if kind == "bool" and not isinstance(value, bool):
+            raise ValueError(f"{path}: config field {name!r} must be true or false, got {value!r}")
+        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ValueError(f"{path}: config field {name!r} must be an integer, got {value!r}")
+        if kind == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)
+                                or not math.isfinite(value)):
+            raise ValueError(f"{path}: config field {name!r} must be a finite number, got {value!r}")
+    return dict(meta)
+
+
+def check_model_config(meta, path) -> ModelConfig:
+    """A target's saved config, checked at load time (errors name `path` and the field)."""
+    cfg = ModelConfig(**check_config_fields(meta, ModelConfig, path))
+    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{path}: config field {name!r} must be >= 1, got {getattr(cfg, name)}")
+    for name in ("rope_theta", "norm_eps"):
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"{path}: config field {name!r} must be > 0, got {getattr(cfg, name)}")
+    if cfg.d_model % cfg.n_heads:
+        raise ValueError(f"{path}: config field 'n_heads' ({cfg.n_heads}) must divide d_model ({cfg.d_model})")
+    if cfg.n_heads % cfg.n_kv_heads:
+        raise ValueError(f"{path}: config field 'n_kv_heads' ({cfg.n_kv_heads}) must divide n_heads ({cfg.n_heads})")
+    if cfg.head_dim % 2:
+        raise ValueError(f"{path}: config fields 'd_model' / 'n_heads' give an odd head dimension {cfg.head_dim}"
+                         " (rotary positions need an even one)")
+    for name in ("pad_id", "eos_id", "mask_id"):
+        if not 0 <= getattr(cfg, name) < cfg.vocab_size:
+            raise ValueError(f"{path}: config field {name!r} must lie in [0, vocab_size={cfg.vocab_size}), "
+                             f"got {getattr(cfg, name)}")
+    if cfg.mask_id == cfg.eos_id:
+        raise ValueError(f"{path}: config fields 'mask_id' and 'eos_id' must differ (both {cfg.mask_id})")
+    cfg.validate()
+    return cfg
+
+
+def load_checked_state(model: torch.nn.Module, state: dict, path) -> None:
+    """`model.load_state_dict(state)`, after checking that every tensor is there with the model's shape (errors
+    name `path` and the tensor: a config that does not match its weights)."""
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"{path}: tensors do not match the config: missing {missing[:5]}, unexpected "
+                         f"{unexpected[:5]}")
+    for key, tensor in expected.items():
+        if state[key].shape != tensor.shape:
+            raise ValueError(f"{path}: tensor {key!r} has shape {tuple(state[key].shape)}, the config says "
+                             f"{tuple(tensor.shape)}")
+    model.load_state_dict(state)
 
 
 def save_model(model: BlockDiffusionLM, directory, name: str = "target") -> None:
@@ -40,9 +163,11 @@ def save_model(model: BlockDiffusionLM, directory, name: str = "target") -> None
 
 
 def load_model(directory, name: str = "target") -> BlockDiffusionLM:
+    """The target saved by `save_model`, its config and weights checked at load time."""
     state, meta = load_weights(directory, name)
-    model = BlockDiffusionLM(ModelConfig.from_dict(meta))
-    model.load_state_dict(state)
+    cfg = check_model_config(meta, Path(directory) / f"{name}.json")
+    model = BlockDiffusionLM(cfg)
+    load_checked_state(model, state, Path(directory) / f"{name}.safetensors")
     return model
 
 

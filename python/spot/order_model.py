@@ -13,6 +13,7 @@ others out).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +22,7 @@ from torch import nn
 import spot_kernels
 
 from .drafters import StaleFeatures
-from .loading import WEIGHTS_DIR, load_weights, save_weights
+from .loading import WEIGHTS_DIR, check_config_fields, load_checked_state, load_weights, save_weights
 
 
 @dataclass
@@ -194,8 +195,26 @@ def save_order_model(model: OrderModel, directory, name: str = "drafter", extra:
     save_weights(model, directory, name, {"config": asdict(model.cfg), **(extra or {})})
 
 
+def check_order_config(meta, path) -> OrderModelConfig:
+    """A drafter's saved config, checked at load time: every field present with its type, sizes positive, heads
+    dividing d_model (errors name `path` and the field)."""
+    cfg = OrderModelConfig(**check_config_fields(meta, OrderModelConfig, path))
+    for name in ("d_model", "n_layers", "n_heads", "d_ff", "top_k", "max_block", "max_depth", "token_dim"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{path}: config field {name!r} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.token_buckets < 0:
+        raise ValueError(f"{path}: config field 'token_buckets' must be >= 0, got {cfg.token_buckets}")
+    if cfg.d_model % cfg.n_heads:
+        raise ValueError(f"{path}: config field 'n_heads' ({cfg.n_heads}) must divide d_model ({cfg.d_model})")
+    return cfg
+
+
 def load_order_model(directory=WEIGHTS_DIR, name: str = "drafter") -> OrderModel:
+    """The drafter saved by `save_order_model`, its config and weights checked at load time."""
+    directory = Path(directory)
     state, meta = load_weights(directory, name)
-    model = OrderModel(OrderModelConfig(**meta["config"]))
-    model.load_state_dict(state)
+    if "config" not in meta:
+        raise ValueError(f"{directory / (name + '.json')}: lacks the drafter's 'config'")
+    model = OrderModel(check_order_config(meta["config"], directory / f"{name}.json"))
+    load_checked_state(model, state, directory / f"{name}.safetensors")
     return model.eval()

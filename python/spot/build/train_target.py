@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..loading import save_model
+from ..loading import atomic_write, atomic_write_text, save_model
 from ..model import BlockDiffusionLM, ModelConfig
 
 
@@ -120,7 +121,9 @@ def _lr(cfg: TrainConfig, step: int) -> float:
 
 
 def _save_checkpoint(path: Path, model, opt, step: int, cfg: TrainConfig, mcfg: ModelConfig, log: list) -> None:
-    """safetensors for tensors (model, AdamW moments), JSON for the rest: resumable without pickles."""
+    """safetensors for tensors (model, AdamW moments), JSON for the rest: resumable without pickles. The JSON rides
+    in the safetensors metadata too, so the one file that resuming reads is replaced atomically (an interrupted
+    save leaves the previous checkpoint whole); checkpoint.json is a readable copy."""
     path.mkdir(parents=True, exist_ok=True)
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
     names = {id(p): n for n, p in model.named_parameters()}
@@ -129,15 +132,17 @@ def _save_checkpoint(path: Path, model, opt, step: int, cfg: TrainConfig, mcfg: 
             for key, value in opt.state.get(p, {}).items():
                 if torch.is_tensor(value) and value.dim() > 0:
                     tensors[f"opt.{names[id(p)]}.{key}"] = value.contiguous()
-    save_file(tensors, str(path / "checkpoint.tmp"))
-    (path / "checkpoint.tmp").replace(path / "checkpoint.safetensors")
-    meta = {"step": step, "train": asdict(cfg), "model": asdict(mcfg), "log": log}
-    (path / "checkpoint.json").write_text(json.dumps(meta, indent=1))
+    text = json.dumps({"step": step, "train": asdict(cfg), "model": asdict(mcfg), "log": log}, indent=1)
+    atomic_write(path / "checkpoint.safetensors", lambda tmp: save_file(tensors, tmp, metadata={"checkpoint": text}))
+    atomic_write_text(path / "checkpoint.json", text)
 
 
 def _load_checkpoint(path: Path, model, opt) -> tuple[int, list]:
-    meta = json.loads((path / "checkpoint.json").read_text())
-    tensors = load_file(str(path / "checkpoint.safetensors"))
+    with safe_open(str(path / "checkpoint.safetensors"), "pt") as f:
+        embedded = (f.metadata() or {}).get("checkpoint")
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    # checkpoints written before the metadata was embedded keep it in checkpoint.json only
+    meta = json.loads(embedded if embedded is not None else (path / "checkpoint.json").read_text())
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     step = meta["step"]
     for name, p in model.named_parameters():
@@ -158,7 +163,7 @@ def train(mcfg: ModelConfig, cfg: TrainConfig, train_tokens: np.ndarray, heldout
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     step, log = 0, []
-    if (out_dir / "checkpoint.json").is_file():
+    if (out_dir / "checkpoint.safetensors").is_file():
         step, log = _load_checkpoint(out_dir, model, opt)
     unigram_top = int(np.bincount(train_tokens[: 5_000_000], minlength=mcfg.vocab_size).argmax())
     windows = TokenWindows(train_tokens, cfg.seq_len, cfg.seed)
