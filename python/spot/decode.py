@@ -9,6 +9,8 @@ method yields the tokens of `standard` at any temperature.
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -60,7 +62,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              width: int = 4, branch: int = 4, drafter: Drafter | None = None, eos_id: int | None = -1,
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
-             score_all_nodes: bool | None = None) -> GenerateOutput:
+             score_all_nodes: bool | None = None, allow_partial_block: bool = False) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
@@ -73,26 +75,33 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     each row before the pass and the StaleFeatures it produced (`spot build collect` records trajectories with it).
     score_all_nodes: score every tree node in one call (default on accelerators) or only the chain verification
     can reach (default on CPU, where each scored row costs time); the tokens are the same either way.
+    allow_partial_block: a block is always decoded whole (every one of its positions costs passes) and the output
+    cut to max_new_tokens, so block_size > max_new_tokens is refused (it would spend up to block_size passes on
+    fewer tokens) unless this is True.
+
+    Arguments are checked before any work: temperature is 0 (greedy) or at least MIN_TEMPERATURE (below it the
+    scaled logits overflow); integers may be Python or NumPy integers, never bools; rows lie in [0, 2**32) (the
+    coupled noise reads their low 32 bits, docs/noise.md); eos_id is None, -1 or an id of the vocabulary.
     """
-    prompts = _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget,
-                          width, branch, drafter, confidence, top_k)
+    prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows = _check_args(
+        target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch, drafter,
+        confidence, top_k, eos_id, rows, allow_partial_block)
     if eos_id == -1:
         eos_id = target.eos_id
     b, dev = len(prompts), target.device
-    rows = torch.arange(b, device=dev) if rows is None else torch.as_tensor(rows, dtype=torch.long, device=dev)
-    if rows.shape != (b,):
-        raise ValueError(f"rows: expected {b} row ids, got shape {tuple(rows.shape)}")
+    rows = torch.arange(b, device=dev) if rows is None else rows.to(dev)
     if method == "oracle":  # the true order comes from a standard run that is not counted
         if orders is None:
             orders = generate(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=block_size,
                               temperature=temperature, seed=seed, eos_id=eos_id, confidence=confidence,
-                              top_k=top_k, rows=rows, backend=backend).orders
+                              top_k=top_k, rows=rows, backend=backend,
+                              allow_partial_block=allow_partial_block).orders
         drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
         drafter = ConfidenceDrafter()
     if score_all_nodes is None:
         score_all_nodes = dev.type != "cpu"
-    run = _Run(target, None if method == "standard" else drafter, seed, rows, float(temperature), confidence,
+    run = _Run(target, None if method == "standard" else drafter, seed, rows, temperature, confidence,
                min(top_k, target.vocab_size), backend, budget, width, branch, eos_id,
                _score_all_nodes if score_all_nodes else _score_accepted_chain, on_pass, DecodeStats(method))
 
@@ -267,8 +276,61 @@ def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
     return row
 
 
+MIN_TEMPERATURE = 1e-6  # the smallest positive temperature `generate` accepts
+ROW_LIMIT = 2**32  # rows lie in [0, ROW_LIMIT): the coupled noise reads their low 32 bits (docs/noise.md)
+
+
+def _integer(name: str, value) -> int:
+    """`value` as an int: Python and NumPy integers (anything with __index__) but not bools."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        raise TypeError(f"{name}: expected an int, got a bool ({value!r})")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} ({value!r})") from None
+
+
+def _token_ids(name: str, p) -> list[int]:
+    """A prompt as a list of ints: a list/tuple of ints, or a 1-D integer tensor / NumPy array."""
+    if isinstance(p, torch.Tensor) or type(p).__module__ == "numpy":
+        if p.ndim != 1:
+            raise ValueError(f"{name}: expected a 1-D sequence of token ids, got shape {tuple(p.shape)}")
+        p = p.tolist()
+    if not isinstance(p, (list, tuple)):
+        raise TypeError(f"{name}: expected a list of token ids, got {type(p).__name__}")
+    ids = []
+    for t in p:
+        if isinstance(t, bool) or not hasattr(t, "__index__"):
+            raise TypeError(f"{name}: expected integer token ids, got {type(t).__name__} ({t!r})")
+        ids.append(operator.index(t))
+    return ids
+
+
+def _rows(rows, b: int) -> torch.Tensor:
+    """rows: b integers in [0, ROW_LIMIT) (a list, tuple, 1-D integer tensor or array) -> int64 tensor."""
+    if isinstance(rows, torch.Tensor):
+        if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
+            raise TypeError(f"rows: expected integer row ids, got a {rows.dtype} tensor")
+        if rows.shape != (b,):
+            raise ValueError(f"rows: expected {b} row ids, got shape {tuple(rows.shape)}")
+        values = rows.tolist()
+    else:
+        values = _token_ids("rows", rows) if isinstance(rows, (list, tuple)) or type(rows).__module__ == "numpy" \
+            else None
+        if values is None:
+            raise TypeError(f"rows: expected a list of {b} integer row ids, got {type(rows).__name__}")
+        if len(values) != b:
+            raise ValueError(f"rows: expected {b} row ids, got {len(values)}")
+    bad = [r for r in values if not 0 <= r < ROW_LIMIT]
+    if bad:
+        raise ValueError(f"rows: row ids must lie in [0, 2**32) (the noise reads their low 32 bits), got {bad[0]}")
+    return rows.long() if isinstance(rows, torch.Tensor) else torch.tensor(values, dtype=torch.long)
+
+
 def _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch,
-                drafter, confidence, top_k) -> list[list[int]]:
+                drafter, confidence, top_k, eos_id=-1, rows=None, allow_partial_block=False):
+    """Every argument of `generate` checked (errors name the argument) and normalised: returns (prompts,
+    max_new_tokens, block_size, seed, temperature, eos_id, rows)."""
     if not isinstance(target, Target):
         raise TypeError(f"target: expected a spot.Target, got {type(target).__name__}")
     if method not in METHODS:
@@ -279,27 +341,43 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
     clean = []
     for i, p in enumerate(prompts):
-        p = p.tolist() if isinstance(p, torch.Tensor) else list(p)
-        if not all(isinstance(t, int) for t in p):
-            raise TypeError(f"prompts[{i}]: expected integer token ids")
+        p = _token_ids(f"prompts[{i}]", p)
         if any(not 0 <= t < target.vocab_size for t in p):
             raise ValueError(f"prompts[{i}]: token ids must lie in [0, {target.vocab_size})")
         clean.append(p)
+    ints = {}
     for name, value, low in (("max_new_tokens", max_new_tokens, 0), ("block_size", block_size, 1),
                              ("budget", budget, 1), ("width", width, 1), ("branch", branch, 1),
                              ("top_k", top_k, 1)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+        value = ints[name] = _integer(name, value)
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")
-    if not isinstance(seed, int) or not 0 <= seed < 2**63:
+    max_new_tokens, block_size = ints["max_new_tokens"], ints["block_size"]
+    if block_size > max_new_tokens > 0 and not allow_partial_block:
+        raise ValueError(f"block_size ({block_size}) exceeds max_new_tokens ({max_new_tokens}): a block is decoded "
+                         f"whole, up to {block_size} target passes for {max_new_tokens} token(s); use block_size <= "
+                         "max_new_tokens, or pass allow_partial_block=True to decode it whole and keep its first "
+                         "max_new_tokens tokens")
+    seed = _integer("seed", seed)
+    if not 0 <= seed < 2**63:
         raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r}")
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) \
+            or temperature < 0:
         raise ValueError(f"temperature: expected a finite number >= 0, got {temperature!r}")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ValueError(f"temperature: expected 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature!r} (smaller "
+                         "temperatures overflow the scaled logits)")
+    if eos_id is not None:
+        eos_id = _integer("eos_id", eos_id)
+        if eos_id != -1 and not 0 <= eos_id < target.vocab_size:
+            raise ValueError(f"eos_id: expected None, -1 (the target's own) or an id in [0, {target.vocab_size}), "
+                             f"got {eos_id}")
+    if rows is not None:
+        rows = _rows(rows, len(clean))
     if confidence not in CONFIDENCE_KINDS:
         raise ValueError(f"confidence: expected one of {CONFIDENCE_KINDS}, got {confidence!r}")
     if method == "spot" and drafter is None:
         raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
     if drafter is not None and not isinstance(drafter, Drafter):
         raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
-    return clean
+    return clean, max_new_tokens, block_size, seed, float(temperature), eos_id, rows
