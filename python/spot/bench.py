@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
+import tempfile
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from .decode import generate
+from .loading import atomic_write_text
 
 
 def random_prompts(vocab_size: int, count: int, length: int, seed: int, low: int = 3) -> list[list[int]]:
@@ -31,6 +35,7 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
     Noise rows follow the prompt index, never the batch, so every method sees the same noise. `standard_orders`
     (the "orders" a standard run returned) lets `oracle` reuse the true order instead of re-deriving it.
     """
+    _check_prompts_and_batch(prompts, batch_size)
     totals = {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0,
               "commits_per_pass": Counter(), "stage_seconds": Counter()}
     for index, start in enumerate(range(0, len(prompts), batch_size)):
@@ -55,13 +60,13 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
 def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
               **settings) -> dict:
     """Run `methods` (standard always first, it is the reference) and return the JSON-ready report."""
+    _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
     report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
                            "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
-    if prompts:
-        warm_up(target, prompts[0])
+    warm_up(target, prompts[0])
     bar = tqdm(total=len(methods) * -(-len(prompts) // batch_size), desc="bench", disable=not progress,
                unit="batch")
     standard = None
@@ -101,7 +106,31 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _check_prompts_and_batch(prompts, batch_size) -> None:
+    """A benchmark of nothing is refused: at least one prompt, a positive batch size."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError("prompts: a benchmark needs at least one prompt")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+
+
+def check_writable(path) -> None:
+    """Raise (naming `path`) unless a file can be written at `path`: checked before a run, so that a bad --json
+    does not lose the results of a whole benchmark. Leaves nothing behind."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a file")
+    if not path.parent.is_dir():
+        raise ValueError(f"{path}: folder {path.parent} does not exist")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{path}: not writable")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{path}: cannot write in {path.parent} ({e.strerror or e})") from None
+
+
 def write_json(report: dict, path) -> None:
-    with open(path, "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
+    """The report at `path`, written to a temporary file and moved into place (never half a file)."""
+    atomic_write_text(path, json.dumps(report, indent=2) + "\n")

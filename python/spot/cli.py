@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-from .bench import format_report, random_prompts, run_bench, warm_up, write_json
-from .decode import CONFIDENCE_KINDS, METHODS, generate
+from .bench import check_writable, format_report, random_prompts, run_bench, warm_up, write_json
+from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .loading import DTYPES, load_target
 
 
@@ -37,6 +38,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="standard,confidence,spot",
                    help=f"comma-separated subset of {','.join(METHODS)}")
     p.add_argument("--ignore-eos", action="store_true", help="decode max-new-tokens even past end-of-sequence")
+    p.add_argument("--allow-partial-block", action="store_true",
+                   help="accept --block-size > --max-new-tokens (the block is decoded whole, then cut)")
 
 
 def _methods(text: str) -> list[str]:
@@ -60,7 +63,32 @@ def _budget(a) -> int:
 def _settings(a) -> dict:
     return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
                 budget=_budget(a), width=a.width, branch=a.branch, confidence=a.confidence,
-                eos_id=None if a.ignore_eos else -1)
+                eos_id=None if a.ignore_eos else -1, allow_partial_block=a.allow_partial_block)
+
+
+_FLAGS = ("max_new_tokens", "block_size", "temperature", "seed", "budget", "width", "branch", "confidence",
+          "allow_partial_block")
+
+
+def _check_settings(target, prompts, settings: dict) -> None:
+    """The decoding settings checked as `generate` will check them, before any decoding; errors name the flags."""
+    s = dict(settings)
+    try:
+        _check_args(target, prompts, "standard", s.pop("max_new_tokens"), s.pop("block_size"), s.pop("temperature"),
+                    s.pop("seed"), s.pop("budget"), s.pop("width"), s.pop("branch"), None, s.pop("confidence"), 32,
+                    s.pop("eos_id"), None, s.pop("allow_partial_block"))
+    except (TypeError, ValueError) as e:
+        message = re.sub(r"\b(" + "|".join(_FLAGS) + r")\b(=True)?", lambda m: "--" + m[1].replace("_", "-"),
+                         str(e))
+        raise SystemExit(message) from None
+
+
+def _at_least(a, minimums: dict) -> None:
+    """Integer flags checked before anything runs: {attribute: smallest allowed value} (None values are unset)."""
+    for name, low in minimums.items():
+        value = getattr(a, name, None)
+        if value is not None and value < low:
+            raise SystemExit(f"--{name.replace('_', '-')}: expected >= {low}, got {value}")
 
 
 def _drafter(methods, a):
@@ -79,8 +107,7 @@ def _prompts(a, target) -> list[list[int]]:
     count = getattr(a, "num_prompts", 1)
     texts = None
     if getattr(a, "prompts_file", None):
-        with open(a.prompts_file) as f:
-            texts = [line.rstrip("\n").replace("\\n", "\n") for line in f if line.strip()]
+        texts = _read_prompts_file(a.prompts_file)
     elif getattr(a, "prompt", None) is not None:
         texts = [a.prompt]
     if texts is not None:
@@ -91,6 +118,20 @@ def _prompts(a, target) -> list[list[int]]:
     if held_out:
         return held_out
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
+
+
+def _read_prompts_file(path) -> list[str]:
+    """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines); errors name the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            texts = [line.rstrip("\n").replace("\\n", "\n") for line in f if line.strip()]
+    except UnicodeDecodeError as e:
+        raise SystemExit(f"--prompts-file {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise SystemExit(f"--prompts-file {path}: cannot read it ({e.strerror or e})") from None
+    if not texts:
+        raise SystemExit(f"--prompts-file {path}: holds no prompts (every line is blank)")
+    return texts
 
 
 def _held_out_prompts(target, count: int):
@@ -106,9 +147,12 @@ def _held_out_prompts(target, count: int):
 
 
 def cmd_generate(a) -> int:
-    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    _at_least(a, {"prompt_len": 0})
     methods = _methods(a.methods)
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     prompts = _prompts(a, target)[:1]
+    settings = _settings(a)
+    _check_settings(target, prompts, settings)
     tok = target.tokenizer
     drafter = _drafter(methods, a)
     if tok is not None:
@@ -116,7 +160,7 @@ def cmd_generate(a) -> int:
     warm_up(target, prompts[0])
     rows = []
     for i, method in enumerate(methods):
-        out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, **_settings(a))
+        out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, **settings)
         if i == 0:
             text = tok.decode(out.tokens[0]) if tok is not None else " ".join(map(str, out.tokens[0]))
             print(f"--- generated ({method}) ---\n{text}\n---")
@@ -128,11 +172,22 @@ def cmd_generate(a) -> int:
 
 
 def cmd_bench(a) -> int:
-    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    """Every argument is checked, and --json's folder written to, before anything is decoded."""
+    _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
     methods = _methods(a.methods)
+    if a.json:
+        try:
+            check_writable(a.json)
+        except ValueError as e:
+            raise SystemExit(f"--json {e}") from None
+    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     prompts = _prompts(a, target)
+    if not prompts:
+        raise SystemExit("bench: no prompts to decode")
+    settings = _settings(a)
+    _check_settings(target, prompts, settings)
     report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods, a),
-                       progress=not a.quiet, **_settings(a))
+                       progress=not a.quiet, **settings)
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
