@@ -7,7 +7,7 @@ The steps chain through default paths under `.cache/` (relative to the working f
     prompts    -> .cache/heldout_prompts.json
     target     -> .cache/target             weights (checkpoints in .cache/train-target; resumable)
     collect    -> .cache/trajectories       the target's standard-decoding trajectories
-    drafter    -> .cache/drafter            the order drafter trained on them
+    drafter    -> .cache/drafter            the order drafter trained on them (resumable)
     evaluate      next-commit accuracy of a drafter on collected trajectories
     tune       -> .cache/budgets.json       the best tree budget per device and block size
 
@@ -118,19 +118,35 @@ def cmd_target(a) -> int:
 
 def cmd_collect(a) -> int:
     from ..loading import load_target
-    from .collect import collect
+    from .collect import check_collect_args, collect
     from .prompts import training_prompts
 
+    out = _output(a.out, a)
+    for name in ("num_prompts", "batch_size", "max_new_tokens"):  # refused before anything is loaded or created
+        if getattr(a, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(a, name)}")
+    block_sizes, temperatures = _ints(a.block_sizes), _floats(a.temperatures)
+    if not block_sizes or min(block_sizes) < 1:
+        raise SystemExit(f"--block-sizes: expected positive sizes, got {a.block_sizes!r}")
+    if not temperatures or min(temperatures) < 0:
+        raise SystemExit(f"--temperatures: expected temperatures >= 0, got {a.temperatures!r}")
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     if target.tokenizer is None:
         raise SystemExit("collect needs a target with the shipped tokenizer (prompts come from the corpus)")
     skip = _ints(a.skip_prompts) if a.skip_prompts else ()
     texts, first_row = training_prompts(a.corpus, a.num_prompts, skip, a.skip_fresh)
     prompts = [target.tokenizer.encode(t) for t in texts]
-    print(f"collect: {len(prompts)} training prompts (rows from {first_row}) -> {a.out}")
-    paths = collect(target, prompts, _output(a.out, a), block_sizes=_ints(a.block_sizes),
-                    temperatures=_floats(a.temperatures), max_new_tokens=a.max_new_tokens, batch_size=a.batch_size,
-                    seed=a.seed, first_row=first_row, progress=not a.quiet)
+    if not prompts:
+        raise SystemExit(f"collect: no training prompts in {a.corpus}")
+    try:
+        check_collect_args(target, prompts, block_sizes, temperatures, a.max_new_tokens, a.batch_size, a.seed, 32,
+                           first_row)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"collect: {e}") from None
+    print(f"collect: {len(prompts)} training prompts (rows from {first_row}) -> {out}")
+    paths = collect(target, prompts, out, block_sizes=block_sizes, temperatures=temperatures,
+                    max_new_tokens=a.max_new_tokens, batch_size=a.batch_size, seed=a.seed, first_row=first_row,
+                    progress=not a.quiet)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
@@ -172,7 +188,8 @@ def cmd_drafter(a) -> int:
     shards = _load_trajectories(a)
     cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
                              heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed,
-                             soft_weight=a.soft_weight, soft_temperature=a.soft_temperature)
+                             soft_weight=a.soft_weight, soft_temperature=a.soft_temperature,
+                             checkpoint_every=a.checkpoint_every)
     init = load_order_model(a.init) if a.init else None
     if init is not None and a.resampled:
         init = with_resampled_inputs(init)
@@ -283,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     data_help = "the --out of `spot build collect`"
     s = sub.add_parser("drafter", help="train the order drafter on collected trajectories")
     s.add_argument("--data", default=str(CACHE / "trajectories"), help=data_help)
-    s.add_argument("--out", default=str(CACHE / "drafter"), help="where the weights go")
+    s.add_argument("--out", default=str(CACHE / "drafter"),
+                   help="where the weights go (and the checkpoints: the same command again resumes an interrupted run)")
     s.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
     s.add_argument("--init", help="continue from the drafter in this directory")
     s.add_argument("--steps", type=int, default=3000)
@@ -292,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-depth", type=int, default=7)
     s.add_argument("--heldout-every", type=int, default=8)
     s.add_argument("--eval-every", type=int, default=500)
+    s.add_argument("--checkpoint-every", type=int, default=250, help="steps between checkpoints (0: none)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--soft-weight", type=float, default=0.0,
                    help="weight of the node pass's confidence ranking as a soft target (0: the commit only)")

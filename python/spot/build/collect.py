@@ -26,7 +26,8 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..decode import generate
+from ..decode import _check_args, generate
+from ..loading import atomic_write
 
 
 class TrajectoryRecorder:
@@ -70,15 +71,35 @@ def pair_name(path) -> str:
     return re.sub(r"-r\d+$", "", Path(path).stem)
 
 
+def check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k,
+                       first_row) -> None:
+    """`collect`'s arguments, refused (naming the argument) before anything is created or decoded."""
+    if target.vocab_size > 2**15:
+        raise ValueError("collect stores token ids as int16: vocab_size must be at most 32768")
+    if not prompts:
+        raise ValueError("prompts: nothing to collect (no prompts)")
+    if not block_sizes or not temperatures:
+        raise ValueError(f"block_sizes, temperatures: expected at least one each, got {list(block_sizes)}, "
+                         f"{list(temperatures)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+    if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row < 0:
+        raise ValueError(f"first_row: expected an int >= 0, got {first_row!r}")
+    for B in block_sizes:
+        for T in temperatures:
+            _check_args(target, prompts, "standard", max_new_tokens, B, T, seed, 1, 1, 1, None, "prob", top_k,
+                        None, list(range(first_row, first_row + len(prompts))))
+
+
 def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),
             max_new_tokens: int = 256, batch_size: int = 16, seed: int = 0, top_k: int = 32, first_row: int = 0,
             progress: bool = True) -> list[Path]:
     """Run standard decoding for every (block size, temperature) and write one shard each. Deterministic.
-    Prompt i is numbered (and draws the noise of row) first_row + i."""
+    Prompt i is numbered (and draws the noise of row) first_row + i. Every argument is checked before the output
+    folder is created; each shard is written to a temporary file and moved into place."""
     out_dir = Path(out_dir)
+    check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k, first_row)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if target.vocab_size > 2**15:
-        raise ValueError("collect stores token ids as int16: vocab_size must be at most 32768")
     paths = []
     for B in block_sizes:
         for T in temperatures:
@@ -98,6 +119,6 @@ def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), 
             shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}
             meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed), "first_row": str(first_row),
                     "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts))}
-            save_file(shard, str(path), metadata=meta)
+            atomic_write(path, lambda tmp, shard=shard, meta=meta: save_file(shard, tmp, metadata=meta))
             paths.append(path)
     return paths

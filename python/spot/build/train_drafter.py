@@ -8,6 +8,7 @@ to new text, not to new steps of seen text.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -17,9 +18,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
+from safetensors.torch import save_file
 from tqdm import tqdm
 
 from .collect import pair_name
+from ..loading import atomic_write
 from ..order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
 
 
@@ -38,6 +41,10 @@ class DrafterTrainConfig:
     # of signal per example (0 turns it off).
     soft_weight: float = 0.0
     soft_temperature: float = 0.25
+    # Every this many steps the run saves out_dir/checkpoint.safetensors (model, AdamW moments, step, RNG states);
+    # training again into the same out_dir resumes from it and ends with the weights of an uninterrupted run.
+    # Not part of a run's identity: resuming with another value is allowed.
+    checkpoint_every: int = 250
 
 
 class Trajectories:
@@ -210,11 +217,68 @@ def _log(line: str) -> None:
     sys.stdout.flush()  # visible at once in a log file
 
 
+CHECKPOINT = "checkpoint.safetensors"
+
+
+def _run_identity(cfg: DrafterTrainConfig, model_cfg: OrderModelConfig, shards: list[Trajectories]) -> dict:
+    """What must match for a checkpoint to be resumed: the training and model configs and the data."""
+    train = {k: v for k, v in asdict(cfg).items() if k != "checkpoint_every"}
+    data = [[s.name, s.B, len(s.train_blocks), len(s.heldout_blocks)] for s in shards]
+    return {"train": train, "model": asdict(model_cfg), "shards": data}
+
+
+def _save_checkpoint(path: Path, model, opt, gen: torch.Generator, step: int, identity: dict, history: list) -> None:
+    """One safetensors file (atomically replaced): model, optimizer state, RNG states as tensors; step, run identity
+    and history as JSON metadata. Nothing is pickled."""
+    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    for index, state in opt.state_dict()["state"].items():
+        for key, value in state.items():
+            tensors[f"opt.{index}.{key}"] = torch.as_tensor(value).detach().contiguous()
+    tensors["rng.generator"] = gen.get_state()
+    tensors["rng.torch"] = torch.get_rng_state()
+    meta = {"checkpoint": json.dumps({"step": step, "run": identity, "history": history})}
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
+
+
+def _load_checkpoint(path: Path, model, opt, gen: torch.Generator, identity: dict) -> tuple[int, list]:
+    """Restore a run saved by `_save_checkpoint` into `model`, `opt` and `gen`; returns (step, history)."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            meta = json.loads((f.metadata() or {})["checkpoint"])
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as e:  # noqa: BLE001 (any unreadable file is reported the same way)
+        raise ValueError(f"{path}: not a readable drafter checkpoint ({e}); delete it to start over") from None
+    if meta["run"] != identity:
+        differs = []
+        for part, value in identity.items():
+            saved = meta["run"].get(part)
+            if isinstance(value, dict) and isinstance(saved, dict):
+                differs += [f"{part}.{k}" for k in sorted(set(value) | set(saved)) if saved.get(k) != value.get(k)]
+            elif saved != value:
+                differs.append(part)
+        raise ValueError(f"{path}: a checkpoint of another run (its {', '.join(differs)} differ); delete it or "
+                         "train into another --out")
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    state: dict = {}
+    for key, value in tensors.items():
+        if key.startswith("opt."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    opt.load_state_dict({"state": state, "param_groups": opt.state_dict()["param_groups"]})
+    gen.set_state(tensors["rng.generator"])
+    torch.set_rng_state(tensors["rng.torch"])
+    history = [{**h, "heldout": {name: {int(d): e for d, e in ev.items()} for name, ev in h["heldout"].items()}}
+               for h in meta["history"]]  # JSON made the depths strings
+    return meta["step"], history
+
+
 def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, *, model_cfg=None,
                   init: OrderModel | None = None, progress: bool = True, log=None) -> dict:
     """Train one order model on every shard (each batch from one shard, drawn in proportion to its training
     examples); `init` continues from a trained model (its config wins). Returns the parameter count and the
-    evaluation history."""
+    evaluation history. Checkpoints every `cfg.checkpoint_every` steps into `out_dir` and resumes from one found
+    there (refusing one of another run), so an interrupted run, started again, ends with the same weights; the
+    checkpoint is deleted once the weights are saved."""
     log = log or _log
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -230,8 +294,14 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
     log(f"order model: {params} parameters; shards: " + ", ".join(
         f"{s.name} ({len(s.train_blocks)} train / {len(s.heldout_blocks)} held-out blocks)" for s in shards))
     shard_weights = example_weights(shards)
-    history, t0 = [], time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc="train-drafter", disable=not progress)
+    out_dir = Path(out_dir)
+    checkpoint, identity = out_dir / CHECKPOINT, _run_identity(cfg, model.cfg, shards)
+    start, history = 0, []
+    if checkpoint.is_file():
+        start, history = _load_checkpoint(checkpoint, model, opt, gen, identity)
+        log(f"resuming from {checkpoint} at step {start}")
+    t0 = time.perf_counter()
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc="train-drafter", disable=not progress)
     for step in bar:
         lr = cfg.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
         for g in opt.param_groups:
@@ -251,6 +321,10 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
                             "heldout": evals})
             for name, ev in evals.items():
                 log(f"step {step + 1} {name}: " + format_evaluation(ev))
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and step + 1 < cfg.steps:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            _save_checkpoint(checkpoint, model, opt, gen, step + 1, identity, history)
     save_order_model(model.eval(), out_dir, extra={"train": asdict(cfg), "parameters": params,
                                                    "history": history})
+    checkpoint.unlink(missing_ok=True)  # the run is complete: its weights are saved
     return {"parameters": params, "history": history}
