@@ -173,6 +173,35 @@ def test_item1_drafter_refuses_another_runs_checkpoint(tmp_path, monkeypatch):
         _train(tmp_path / "d", lr=1e-2)
 
 
+def test_item1_build_drafter_command_resumes(tmp_path, monkeypatch):
+    """`spot build drafter`, interrupted and run again with the same arguments, writes the weights of an
+    uninterrupted run."""
+    import spot.build.train_drafter as td
+
+    (tmp_path / "data").mkdir()
+    save_file(synthetic_shard(12, 8, seed=4), str(tmp_path / "data" / "traj-B8-T0.safetensors"),
+              metadata={"block_size": "8", "temperature": "0", "seed": "0"})
+    args = ["build", "drafter", "--data", str(tmp_path / "data"), "--steps", "10", "--batch-size", "8",
+            "--eval-every", "5", "--checkpoint-every", "3", "--heldout-every", "3", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "full")]) == 0
+    real, calls = td.order_loss, []
+
+    def interrupted_at_step_8(*a, **k):
+        calls.append(1)
+        if len(calls) > 7:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(td, "order_loss", interrupted_at_step_8)
+    with pytest.raises(KeyboardInterrupt):
+        main([*args, "--out", str(tmp_path / "resumed")])
+    monkeypatch.undo()
+    assert main([*args, "--out", str(tmp_path / "resumed")]) == 0
+    a, b = load_order_model(tmp_path / "full"), load_order_model(tmp_path / "resumed")
+    for k, v in a.state_dict().items():
+        assert torch.equal(b.state_dict()[k], v), k
+
+
 # ---- 4. block_size > max_new_tokens ---------------------------------------------------------------------------------
 
 def test_item4_block_larger_than_max_new_tokens_is_refused(target):
@@ -308,6 +337,19 @@ def test_item6_drafter_config_is_checked_at_load(tmp_path, changes, field):
     (tmp_path / "drafter.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match=rf"drafter\.(json|safetensors).*{field}"):
         spot.load_drafter(str(tmp_path))
+
+
+def test_item6_random_target_config_is_checked(target):
+    """The same checks for a config handed to load_target("random"), and a drafter too small for the block is
+    refused before decoding."""
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match=r"config=\.\.\.\): config field 'n_heads'"):
+        load_target("random", config=replace(TINY, n_heads=3))
+    torch.manual_seed(0)
+    small = spot.LearnedDrafter(OrderModel(replace(SMALL, max_block=4)))
+    with pytest.raises(ValueError, match="block_size: 8 exceeds the drafter's max_block 4"):
+        generate(target, [[5, 6]], "spot", drafter=small, max_new_tokens=8, block_size=8)
 
 
 def test_shipped_weights_pass_the_load_checks():

@@ -380,4 +380,7 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
     if drafter is not None and not isinstance(drafter, Drafter):
         raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
+    max_block = getattr(getattr(getattr(drafter, "model", None), "cfg", None), "max_block", None)
+    if method == "spot" and isinstance(max_block, int) and block_size > max_block:
+        raise ValueError(f"block_size: {block_size} exceeds the drafter's max_block {max_block}")
     return clean, max_new_tokens, block_size, seed, float(temperature), eos_id, rows

@@ -190,6 +190,9 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     tokenizer = _shipped_tokenizer()
     if name == "random":
         cfg = config or ModelConfig(vocab_size=tokenizer.vocab_size if tokenizer else 4096)
+        if not isinstance(cfg, ModelConfig):
+            raise TypeError(f"config: expected a spot.ModelConfig, got {type(cfg).__name__}")
+        cfg = check_model_config(asdict(cfg), "load_target(config=...)")
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = BlockDiffusionLM(cfg)
