@@ -13,8 +13,8 @@ import warnings
 import torch
 
 from . import backends, checks
-from .reference import drafter, noise, scoring, tree_attention, verify
-from .reference.scoring import compute_dtype
+from .reference import noise, score as scoring, select_children as drafter, tree_attention, verify_tree as verify
+from .reference.score import compute_dtype
 from .schemas import SCHEMAS
 
 _REFERENCE = {

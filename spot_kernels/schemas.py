@@ -52,12 +52,12 @@ SCHEMAS: dict[str, str] = {
 # csrc/cuda/<family>.cu) and by the tests (tests/test_<family>.py).
 FAMILIES: dict[str, str] = {
     "noise_uniform": "noise",
-    "score": "scoring",
-    "select_children": "drafter",
+    "score": "score",
+    "select_children": "select_children",
     "tree_mask": "tree_attention",
     "tree_mask_additive": "tree_attention",
     "tree_mask_packed": "tree_attention",
     "tree_position_ids": "tree_attention",
-    "verify_tree": "verify",
+    "verify_tree": "verify_tree",
     "tree_attention": "tree_attention",
 }

@@ -228,7 +228,7 @@ def emulation():
     build = os.path.join(ROOT, "build", "cuda_emulation")
     os.makedirs(build, exist_ok=True)
     sources = []
-    for family in ("noise", "scoring", "drafter", "tree_attention", "verify"):
+    for family in ("noise", "score", "select_children", "tree_attention", "verify_tree"):
         wrapper = os.path.join(build, f"emu_{family}.cpp")
         text = f'#include "{os.path.join(ROOT, "csrc", "cuda", family + ".cu")}"\n'
         if not os.path.exists(wrapper) or open(wrapper).read() != text:

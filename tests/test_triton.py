@@ -20,7 +20,7 @@ from spot_kernels.schemas import SCHEMAS
 
 from samples import sample_args
 from test_tree_attention import random_configs
-from test_verify import random_tree
+from test_verify_tree import random_tree
 
 if not backends.triton_importable():
     pytest.skip("triton is not installed", allow_module_level=True)
@@ -116,7 +116,7 @@ def test_score_matches_reference(dtype, temperature, kinds, monkeypatch):
 def test_gumbel_bound_table():
     """The table the scoring kernel filters tiles with bounds every Gumbel value from above, tightly."""
     from spot_kernels.reference.noise import gumbel_from_words
-    from spot_kernels.triton.scoring import _gumbel_bounds
+    from spot_kernels.triton.score import _gumbel_bounds
 
     t = torch.arange(1 << 23, dtype=torch.int32)
     g = gumbel_from_words((8388607 - t).to(I64) << 9, torch.float32)

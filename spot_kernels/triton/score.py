@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .. import backends
-from ..reference import scoring as reference
+from ..reference import score as reference
 from ._common import (GUMBEL_BOUND, MIN_KEY, NEG_INF, POS_INF, gumbel_from_words, key_index, key_value, mix32,
                       next_pow2, on_device, pack_key, precise_exp, precise_log, row_key, seed_key)
 

@@ -7,7 +7,7 @@ import torch
 from torch.library import opcheck
 
 import spot_kernels
-from spot_kernels.reference import scoring as ref_scoring
+from spot_kernels.reference import score as ref_scoring
 
 import brute
 
@@ -341,7 +341,7 @@ def test_pruned_gumbel_argmax_equals_the_dense_one():
     """The reference hashes noise only for entries that can still win; the token must equal the dense
     argmax(x + g) everywhere: flat and peaked rows, -inf entries, exact ties in x."""
     from spot_kernels.reference.noise import gumbel_from_words, words
-    from spot_kernels.reference.scoring import _gumbel_argmax
+    from spot_kernels.reference.score import _gumbel_argmax
 
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float64):

@@ -11,7 +11,7 @@ import math
 import torch
 
 from .noise import gumbel_from_words, row_key, words
-from .scoring import compute_dtype
+from .score import compute_dtype
 
 
 def select_children(
