@@ -39,30 +39,16 @@ __device__ __forceinline__ bool visible(int64_t ks, int64_t q, int64_t k, const 
   return (k - g.prefix_len) / g.block_size == (q - g.num_new) / g.block_size;
 }
 
+// The unsigned integer of ES bytes (1, 2, 4 or 8): one mask element's bit pattern.
 template <int ES>
-struct Word;
-template <>
-struct Word<1> {
-  using type = uint8_t;
-};
-template <>
-struct Word<2> {
-  using type = uint16_t;
-};
-template <>
-struct Word<4> {
-  using type = uint32_t;
-};
-template <>
-struct Word<8> {
-  using type = uint64_t;
-};
+using Word = std::conditional_t<ES == 1, uint8_t,
+                                std::conditional_t<ES == 2, uint16_t, std::conditional_t<ES == 4, uint32_t, uint64_t>>>;
 
 // Dense [b, Q, K] mask of ES-byte elements: `on` where visible, `off` elsewhere; 16 bytes per thread.
 template <int ES>
 __global__ void dense_mask_kernel(const int64_t* __restrict__ key_start, TreeGeom g, int64_t total, uint64_t on,
                                   uint64_t off, void* __restrict__ out) {
-  using W = typename Word<ES>::type;
+  using W = Word<ES>;
   constexpr int kPer = 16 / ES;
   const int64_t chunks = (total + kPer - 1) / kPer;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < chunks;
