@@ -14,6 +14,8 @@
 // launch on a stream (`kernel` a single name: assign template instantiations to a variable first);
 // SPOT_EXTERN_SHARED: the dynamic shared memory. Under SPOT_EMULATE (tests only, see emulate.h) the same sources
 // compile with g++ into CPU ops `spot_emu::_<op>_cuda` run by a SIMT emulation.
+// The .cu files only register implementations (TORCH_LIBRARY_IMPL); the schemas of `spot::_<op>_cuda` (and of the
+// emulation's `spot_emu::_<op>_cuda`) are defined from Python, from the public schemas (spot_kernels/registry.py).
 #ifdef SPOT_EMULATE
 #include "emulate.h"
 #define SPOT_NS spot_emu

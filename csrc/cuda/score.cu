@@ -697,11 +697,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> score_cud
 }  // namespace
 }  // namespace spot_cuda
 
-TORCH_LIBRARY_FRAGMENT(SPOT_NS, m) {
-  m.def(
-      "_score_cuda(Tensor logits, Tensor masked, int seed, Tensor rows, Tensor block_start, Tensor steps, "
-      "float temperature, str confidence=\"prob\", int top_k=32) -> (Tensor tokens, Tensor confidence, "
-      "Tensor topk_probs, Tensor topk_ids, Tensor commit_pos)");
-}
-
 TORCH_LIBRARY_IMPL(SPOT_NS, SPOT_KEY, m) { m.impl("_score_cuda", &spot_cuda::score_cuda); }

@@ -509,23 +509,6 @@ at::Tensor tree_attention_cuda(const at::Tensor& q_in, const at::Tensor& k_prefi
 }  // namespace
 }  // namespace spot_cuda
 
-TORCH_LIBRARY_FRAGMENT(SPOT_NS, m) {
-  m.def(
-      "_tree_mask_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size) -> Tensor");
-  m.def(
-      "_tree_mask_additive_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size, "
-      "ScalarType dtype) -> Tensor");
-  m.def(
-      "_tree_mask_packed_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size) -> "
-      "Tensor");
-  m.def(
-      "_tree_position_ids_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size) -> "
-      "Tensor");
-  m.def(
-      "_tree_attention_cuda(Tensor q, Tensor k_prefix, Tensor v_prefix, Tensor k_nodes, Tensor v_nodes, "
-      "Tensor key_start, float? scale=None) -> Tensor");
-}
-
 TORCH_LIBRARY_IMPL(SPOT_NS, SPOT_KEY, m) {
   m.impl("_tree_mask_cuda", &spot_cuda::tree_mask_cuda);
   m.impl("_tree_mask_additive_cuda", &spot_cuda::tree_mask_additive_cuda);
