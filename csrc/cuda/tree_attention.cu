@@ -154,24 +154,13 @@ at::Tensor dense_mask(const char* op, const at::Tensor& key_start_in, int64_t pr
   const unsigned grid = grid_for(ceil_div(total, 16 / es), threads, device);
   const int64_t* ks = key_start.data_ptr<int64_t>();
   void* o = out.data_ptr();
-  void (*kernel)(const int64_t*, TreeGeom, int64_t, uint64_t, uint64_t, void*) = nullptr;
-  switch (es) {
-    case 1:
-      kernel = dense_mask_kernel<1>;
-      break;
-    case 2:
-      kernel = dense_mask_kernel<2>;
-      break;
-    case 4:
-      kernel = dense_mask_kernel<4>;
-      break;
-    case 8:
-      kernel = dense_mask_kernel<8>;
-      break;
-    default:
-      TORCH_CHECK_TYPE(false, "spot.", op, " (cuda backend): unsupported element size ", es, " of dtype ",
-                       dtype_name(dtype));
-  }
+  using Kernel = void (*)(const int64_t*, TreeGeom, int64_t, uint64_t, uint64_t, void*);
+  // By element size in bytes, 1 to 8 (the mask dtypes are 1, 2, 4 or 8 bytes wide).
+  const Kernel by_size[8] = {dense_mask_kernel<1>, dense_mask_kernel<2>, nullptr, dense_mask_kernel<4>,
+                             nullptr,              nullptr,              nullptr, dense_mask_kernel<8>};
+  const Kernel kernel = es >= 1 && es <= 8 ? by_size[es - 1] : nullptr;
+  TORCH_CHECK_TYPE(kernel != nullptr, "spot.", op, " (cuda backend): unsupported element size ", es, " of dtype ",
+                   dtype_name(dtype));
   SPOT_LAUNCH(kernel, grid, threads, 0, stream, ks, g, total, on, off, o);
   SPOT_LAUNCH_CHECK();
   return out;

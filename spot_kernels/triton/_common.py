@@ -76,23 +76,19 @@ if INTERPRET:
 # The interpreter has no libdevice; on the GPU libdevice's log/exp are the CUDA math library's logf/expf, the same
 # functions PyTorch's CUDA kernels call, so Gumbel values match the CUDA reference bit for bit.
 if INTERPRET:
-    @triton.jit
-    def precise_log(x):
-        return tl.log(x)
-
-    @triton.jit
-    def precise_exp(x):
-        return tl.exp(x)
+    _math = tl
 else:
-    from triton.language.extra import libdevice
+    from triton.language.extra import libdevice as _math
 
-    @triton.jit
-    def precise_log(x):
-        return libdevice.log(x)
 
-    @triton.jit
-    def precise_exp(x):
-        return libdevice.exp(x)
+@triton.jit
+def precise_log(x):
+    return _math.log(x)
+
+
+@triton.jit
+def precise_exp(x):
+    return _math.exp(x)
 
 
 # ---------------------------------------------------------------------------------------------- coupled noise
