@@ -1,7 +1,9 @@
 """Microbenchmarks of the torch.ops.spot.* ops, one per (op, shape, backend).
 
-    python -m pytest bench/bench_ops.py --benchmark-json=bench-ops.json        # CPU: the reference
-    SPOT_BENCH_FULL=1 python -m pytest bench/bench_ops.py ...                  # GPU: real-model shapes (DESIGN §6)
+    python -m pytest bench --benchmark-only --benchmark-json=bench-ops.json     # CPU: the reference
+    SPOT_BENCH_FULL=1 python -m pytest bench ...                   # GPU: real-model shapes (docs/design.md §6)
+
+(bench/conftest.py makes pytest collect bench_*.py.)
 
 Backends without a kernel for an op on this device are skipped (and reported as skipped, not as results); so is
 Triton on CPU tensors (the interpreter's timings mean nothing). Each result records the bytes the op must touch at
@@ -15,11 +17,9 @@ import os
 import pytest
 import torch
 
-import spot_kernels
+from common import DEVICE, I64, attention_inputs, backends_for, children_inputs, nbytes, random_trees, score_inputs
 
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 FULL = os.environ.get("SPOT_BENCH_FULL") == "1"
-I64 = torch.int64
 
 # (vocab, block, nodes, batch): CPU keeps one representative shape; FULL sweeps real-model sizes.
 SCORE_SHAPES = [(32000, 32, 8, 1)] + ([(32000, 32, 64, 1), (126464, 32, 16, 8), (151936, 16, 32, 8)] if FULL else [])
@@ -35,12 +35,8 @@ VERIFY_SHAPES = [(32, 8, 32)] + ([(32, 64, 32), (8, 128, 32)] if FULL else [])
 BACKENDS = ["reference", "triton", "cuda"]
 
 
-def _nbytes(*tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 def _run(benchmark, op, backend, args, shape):
-    if backend not in spot_kernels.available_backends(op, DEVICE):
+    if backend not in backends_for(op):
         pytest.skip(f"{backend} has no kernel for spot::{op} on {DEVICE.type}")
     if backend == "triton" and DEVICE.type != "cuda":
         pytest.skip("Triton on CPU tensors is the interpreter: not a benchmark")
@@ -55,7 +51,7 @@ def _run(benchmark, op, backend, args, shape):
     out = call()  # warm-up (and Triton/CUDA compilation) outside the timing
     outs = out if isinstance(out, tuple) else (out,)
     benchmark.extra_info.update(op=op, backend=backend, device=DEVICE.type, shape=list(shape),
-                                bytes=_nbytes(*(a for a in args if isinstance(a, torch.Tensor)), *outs))
+                                bytes=nbytes(*args, *outs))
     benchmark(call)
 
 
@@ -64,12 +60,10 @@ def _run(benchmark, op, backend, args, shape):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_score(benchmark, backend, shape, temperature):
     vocab, block, nodes, batch = shape
-    g = torch.Generator(device=DEVICE).manual_seed(0)
-    logits = torch.randn(batch, nodes, block, vocab, generator=g, device=DEVICE,
-                         dtype=torch.bfloat16 if DEVICE.type == "cuda" else torch.float32)
-    masked = torch.rand(batch, nodes, block, generator=g, device=DEVICE) < 0.5
-    lead = torch.zeros(batch, nodes, dtype=I64, device=DEVICE)
-    args = (logits, masked, 0, lead, lead, lead, temperature, "prob", 32)
+    dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
+    logits, masked, rows, block_start, steps = score_inputs((batch, nodes), block, vocab, dtype, scale=1.0,
+                                                            mask_p=0.5, device=DEVICE)
+    args = (logits, masked, 0, rows, block_start, steps, temperature, "prob", 32)
     _run(benchmark, "score", backend, args, shape)
 
 
@@ -77,14 +71,7 @@ def test_score(benchmark, backend, shape, temperature):
 @pytest.mark.parametrize("shape", DRAFT_SHAPES, ids=lambda s: "F{}-B{}-K{}-k{}".format(*s))
 def test_select_children(benchmark, backend, shape):
     frontier, block, top, k = shape
-    g = torch.Generator(device=DEVICE).manual_seed(0)
-    probs = torch.softmax(torch.randn(frontier, block, top, generator=g, device=DEVICE), -1)
-    args = (torch.randn(frontier, block, generator=g, device=DEVICE),
-            torch.rand(frontier, block, generator=g, device=DEVICE) < 0.5,
-            torch.zeros(frontier, device=DEVICE), probs,
-            torch.randint(0, 32000, (frontier, block, top), generator=g, device=DEVICE), 0,
-            torch.zeros(frontier, dtype=I64, device=DEVICE), torch.zeros(frontier, dtype=I64, device=DEVICE),
-            torch.zeros(frontier, dtype=I64, device=DEVICE), 1.0, k)
+    args = children_inputs(frontier, block, top, k, device=DEVICE)
     _run(benchmark, "select_children", backend, args, shape)
 
 
@@ -102,14 +89,8 @@ def test_tree(benchmark, backend, shape, op):
 @pytest.mark.parametrize("shape", ATTN_SHAPES, ids=lambda s: "b{}-hq{}-hkv{}-n{}-B{}-P{}-D{}".format(*s))
 def test_tree_attention(benchmark, backend, shape):
     batch, hq, hkv, nodes, block, prefix, dim = shape
-    g = torch.Generator(device=DEVICE).manual_seed(0)
     dtype = torch.bfloat16 if DEVICE.type == "cuda" else torch.float32
-
-    def rnd(*s):
-        return torch.randn(*s, generator=g, device=DEVICE).to(dtype)
-
-    args = (rnd(batch, hq, nodes, block, dim), rnd(batch, hkv, prefix, dim), rnd(batch, hkv, prefix, dim),
-            rnd(batch, hkv, nodes, block, dim), rnd(batch, hkv, nodes, block, dim),
+    args = (*attention_inputs(batch, hq, hkv, nodes, block, prefix, dim, dtype, device=DEVICE),
             torch.zeros(batch, dtype=I64, device=DEVICE), None)
     _run(benchmark, "tree_attention", backend, args, shape)
 
@@ -118,18 +99,8 @@ def test_tree_attention(benchmark, backend, shape):
 @pytest.mark.parametrize("shape", VERIFY_SHAPES, ids=lambda s: "b{}-N{}-B{}".format(*s))
 def test_verify_tree(benchmark, backend, shape):
     batch, nodes, block = shape
-    g = torch.Generator(device=DEVICE).manual_seed(0)
     # A random tree whose drafts equal the parent's target half of the time.
-    node = torch.arange(nodes, device=DEVICE)
-    parents = (torch.rand(batch, nodes, generator=g, device=DEVICE) * node).long().where(node > 0, -1)
-    target_pos = torch.randint(0, block, (batch, nodes), generator=g, device=DEVICE)
-    target_tok = torch.randint(0, 32000, (batch, nodes), generator=g, device=DEVICE)
-    par = parents.clamp(min=0)
-    hit = torch.rand(batch, nodes, generator=g, device=DEVICE) < 0.5
-    draft_pos = torch.where(hit, target_pos.gather(1, par), (target_pos.gather(1, par) + 1) % block)
-    draft_tok = target_tok.gather(1, par)
-    block_state = torch.zeros(batch, block, dtype=I64, device=DEVICE)
-    args = (parents, draft_pos, draft_tok, target_pos, target_tok, block_state)
+    args = random_trees(batch, nodes, block, hit=0.5, vocab=32000, device=DEVICE)
     _run(benchmark, "verify_tree", backend, args, shape)
 
 

@@ -7,7 +7,7 @@ goals of the Triton issue measured in one run:
     which leaves out the Python launch cost);
   - tree_attention with prefix 2048, 16 nodes x 32 positions, 32 query heads, 8 KV heads, head dim 128, bf16:
     against PyTorch SDPA with a dense mask and FlexAttention with a block mask on the same inputs;
-  - every other op at DESIGN §6 shapes.
+  - every other op at docs/design.md §6 shapes.
 
     python bench/gpu_bench.py --json gpu_bench.json [--budget 200] [--quick]
 
@@ -31,9 +31,10 @@ import triton
 from triton.testing import do_bench
 
 import spot_kernels
+from common import I64, attention_inputs, capture, children_inputs, nbytes, random_trees, score_inputs
+from common import backends_for as _backends_for
 
 DEV = torch.device("cuda")
-I64 = torch.int64
 RESULTS: dict = {"meta": {}, "results": [], "goals": {}, "errors": []}
 ARGS = None
 T_START = time.time()
@@ -63,11 +64,7 @@ def bench(fn, rep_ms=None) -> float:
 
 
 def backends_for(op: str) -> list[str]:
-    return [b for b in ("reference", "triton", "cuda") if b in spot_kernels.available_backends(op, DEV)]
-
-
-def nbytes(*tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+    return _backends_for(op, DEV)
 
 
 def section(name):
@@ -103,31 +100,21 @@ def copy_bandwidth() -> float:
     return gbps
 
 
-def score_inputs(nodes, block, vocab, batch=1, kind="lm", dtype=torch.bfloat16):
-    g = torch.Generator(device=DEV).manual_seed(0)
-    shape = (batch, nodes, block, vocab)
-    if kind == "lm":  # peaked rows, like a language model's
-        logits = torch.randn(shape, generator=g, device=DEV) * 2.5
-        top = torch.randint(0, vocab, (*shape[:-1], 4), generator=g, device=DEV)
-        logits.scatter_add_(-1, top, 8 + 4 * torch.rand(top.shape, generator=g, device=DEV))
-        logits = logits.to(dtype)
-    else:
-        logits = torch.randn(shape, generator=g, device=DEV, dtype=dtype)
-    masked = torch.rand(batch, nodes, block, generator=g, device=DEV) < 0.5
-    lead = torch.zeros(batch, nodes, dtype=I64, device=DEV)
-    return logits, masked, lead
+def lm_score_inputs(nodes, block, vocab, batch=1, kind="lm", dtype=torch.bfloat16):
+    """(logits, masked, rows, block_start, steps): peaked rows like a language model's ("lm"), or N(0, 1)."""
+    return score_inputs((batch, nodes), block, vocab, dtype, scale=1.0, mask_p=0.5, peaked=kind == "lm", device=DEV)
 
 
 @section("fused scoring goal: [32 x 32 x 151936] bf16")
 def score_goal(copy_gbps):
-    logits, masked, lead = score_inputs(32, 32, 151936)
+    logits, masked, rows, bstart, steps = lm_score_inputs(32, 32, 151936)
     for kind in ("lm", "randn"):
         if kind == "randn":
-            logits, masked, lead = score_inputs(32, 32, 151936, kind="randn")
+            logits, masked, rows, bstart, steps = lm_score_inputs(32, 32, 151936, kind="randn")
         for temperature in (0.0, 1.0):
             times = {}
             for backend in backends_for("score"):
-                fn = lambda b=backend: torch.ops.spot.score(logits, masked, 0, lead, lead, lead, temperature, "prob",
+                fn = lambda b=backend: torch.ops.spot.score(logits, masked, 0, rows, bstart, steps, temperature, "prob",
                                                             32, backend=b)
                 fn()
                 ms = bench(fn, rep_ms=60 if backend == "reference" else None)
@@ -149,7 +136,7 @@ def score_goal(copy_gbps):
 
 @section("scoring: Triton tile sweep")
 def score_sweep(copy_gbps):
-    logits, masked, lead = score_inputs(32, 32, 151936)
+    logits, masked, rows, bstart, steps = lm_score_inputs(32, 32, 151936)
     for block in (1024, 2048, 4096):
         for warps in (4, 8, 16):
             if block // warps < 64:
@@ -158,7 +145,7 @@ def score_sweep(copy_gbps):
             os.environ["SPOT_TRITON_SCORE_WARPS"] = str(warps)
             try:
                 for temperature in (0.0, 1.0):
-                    fn = lambda: torch.ops.spot.score(logits, masked, 0, lead, lead, lead, temperature, "prob", 32,
+                    fn = lambda: torch.ops.spot.score(logits, masked, 0, rows, bstart, steps, temperature, "prob", 32,
                                                       backend="triton")
                     fn()
                     ms = bench(fn, rep_ms=40)
@@ -170,15 +157,15 @@ def score_sweep(copy_gbps):
                 os.environ.pop("SPOT_TRITON_SCORE_WARPS", None)
 
 
-@section("scoring at DESIGN §6 shapes")
+@section("scoring at docs/design.md §6 shapes")
 def score_shapes():
     for vocab, block, nodes, batch in ((32000, 32, 8, 1), (32000, 32, 64, 1), (126464, 32, 16, 8),
                                        (151936, 16, 32, 8), (151936, 32, 1, 32)):
-        logits, masked, lead = score_inputs(nodes, block, vocab, batch)
+        logits, masked, rows, bstart, steps = lm_score_inputs(nodes, block, vocab, batch)
         for backend in backends_for("score"):
             if backend == "reference" and ARGS.quick:
                 continue
-            fn = lambda b=backend: torch.ops.spot.score(logits, masked, 0, lead, lead, lead, 1.0, "prob", 32,
+            fn = lambda b=backend: torch.ops.spot.score(logits, masked, 0, rows, bstart, steps, 1.0, "prob", 32,
                                                         backend=b)
             fn()
             ms = bench(fn, rep_ms=40)
@@ -188,29 +175,12 @@ def score_shapes():
 
 
 def verify_inputs(batch, nodes, block, seed=0):
-    g = torch.Generator(device=DEV).manual_seed(seed)
-    node = torch.arange(nodes, device=DEV)
-    parents = (torch.rand(batch, nodes, generator=g, device=DEV) * node).long().where(node > 0, -1)
-    tpos = torch.randint(0, block, (batch, nodes), generator=g, device=DEV)
-    ttok = torch.randint(0, 32000, (batch, nodes), generator=g, device=DEV)
-    par = parents.clamp(min=0)
-    hit = torch.rand(batch, nodes, generator=g, device=DEV) < 0.7
-    dpos = torch.where(hit, tpos.gather(1, par), (tpos.gather(1, par) + 1) % block)
-    return parents, dpos, ttok.gather(1, par), tpos, ttok, torch.zeros(batch, block, dtype=I64, device=DEV)
+    return random_trees(batch, nodes, block, seed, hit=0.7, vocab=32000, device=DEV)
 
 
 def graph_us_per_call(fn, calls=100) -> float:
     """Device time per call: `calls` calls captured in one CUDA graph, replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+    graph, _ = capture(fn, calls)
     ms = bench(graph.replay, rep_ms=50)
     return ms * 1000 / calls
 
@@ -235,7 +205,7 @@ def verify_goal():
     save()
 
 
-@section("verify at DESIGN §6 shapes")
+@section("verify at docs/design.md §6 shapes")
 def verify_shapes():
     for batch, nodes, block in ((32, 64, 32), (8, 128, 32), (32, 8, 32)):
         args = verify_inputs(batch, nodes, block)
@@ -245,14 +215,9 @@ def verify_shapes():
             record(op="verify_tree", backend=backend, shape=[batch, nodes, block], us_per_call_op=bench(fn) * 1000)
 
 
-def attention_inputs(b=1, hq=32, hkv=8, n=16, block=32, prefix=2048, dim=128, dtype=torch.bfloat16):
-    g = torch.Generator(device=DEV).manual_seed(0)
-
-    def rnd(*s):
-        return torch.randn(*s, generator=g, device=DEV, dtype=dtype)
-
-    return (rnd(b, hq, n, block, dim), rnd(b, hkv, prefix, dim), rnd(b, hkv, prefix, dim),
-            rnd(b, hkv, n, block, dim), rnd(b, hkv, n, block, dim), torch.zeros(b, dtype=I64, device=DEV))
+def goal_attention_inputs(b=1, hq=32, hkv=8, n=16, block=32, prefix=2048, dim=128, dtype=torch.bfloat16):
+    return (*attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype, device=DEV),
+            torch.zeros(b, dtype=I64, device=DEV))
 
 
 @section("tree attention goal: P 2048, 16 x 32 nodes, 32/8 heads, D 128, bf16")
@@ -260,7 +225,7 @@ def attention_goal():
     import torch.nn.functional as F
 
     b, hq, hkv, n, block, prefix, dim = 1, 32, 8, 16, 32, 2048, 128
-    q, kp, vp, kn, vn, ks = attention_inputs(b, hq, hkv, n, block, prefix, dim)
+    q, kp, vp, kn, vn, ks = goal_attention_inputs(b, hq, hkv, n, block, prefix, dim)
     flops = 4 * b * hq * n * block * (prefix + block) * dim  # the useful work
     times = {}
     ours = {}
@@ -325,7 +290,7 @@ def attention_goal():
 
 @section("tree attention: Triton tile sweep")
 def attention_sweep():
-    q, kp, vp, kn, vn, ks = attention_inputs()
+    q, kp, vp, kn, vn, ks = goal_attention_inputs()
     for bm, bn, warps, stages in ((128, 64, 8, 2), (128, 64, 8, 3), (64, 64, 4, 2), (128, 128, 8, 2),
                                   (64, 128, 4, 3)):
         env = {"SPOT_TRITON_ATTN_BLOCK_M": bm, "SPOT_TRITON_ATTN_BLOCK_N": bn, "SPOT_TRITON_ATTN_WARPS": warps,
@@ -341,16 +306,10 @@ def attention_sweep():
                 os.environ.pop(k, None)
 
 
-@section("other ops at DESIGN §6 shapes")
+@section("other ops at docs/design.md §6 shapes")
 def other_ops():
     for frontier, block, top, k in ((64, 32, 32, 4), (2048, 32, 32, 4)):
-        g = torch.Generator(device=DEV).manual_seed(0)
-        probs = torch.softmax(torch.randn(frontier, block, top, generator=g, device=DEV), -1)
-        args = (torch.randn(frontier, block, generator=g, device=DEV),
-                torch.rand(frontier, block, generator=g, device=DEV) < 0.5, torch.zeros(frontier, device=DEV), probs,
-                torch.randint(0, 32000, (frontier, block, top), generator=g, device=DEV), 0,
-                torch.zeros(frontier, dtype=I64, device=DEV), torch.zeros(frontier, dtype=I64, device=DEV),
-                torch.zeros(frontier, dtype=I64, device=DEV), 1.0, k)
+        args = children_inputs(frontier, block, top, k, device=DEV)
         for backend in backends_for("select_children"):
             fn = lambda b=backend: torch.ops.spot.select_children(*args, backend=b)
             fn()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one prepared script for a (briefly lent) GPU machine (DESIGN §6): install, GPU tests, GPU microbenchmarks.
+# The one prepared script for a (briefly lent) GPU machine (docs/design.md §6): install, GPU tests, GPU
+# microbenchmarks.
 # Writes into $OUT (default ./gpu_out): gpu_check.log, tests.xml, tests_rest.xml, gpu_bench.json, bench_ops.json,
 # triton_compile.log, summary.json. Finishes within about 8 minutes: every step has a deadline.
 #
@@ -47,12 +48,17 @@ $PY -c "import spot_kernels as s, torch; print('extension', s.HAS_C_EXTENSION, '
 HAVE_PYTEST=1
 $PY -c "import pytest" 2>/dev/null || { HAVE_PYTEST=0; echo "pytest is not installed here: no tests can run"; }
 
-step "GPU tests: tests/test_triton_gpu.py tests/test_triton.py tests/test_cuda.py"
+# The op tests: one tests/test_<family>.py per op family (every backend against the reference; the GPU cases run
+# here) and tests/test_registry.py (the build, dispatch, CUDA graphs, end-to-end decoding per backend).
+OP_TESTS="tests/test_registry.py"
+for f in spot_kernels/ops/*.py; do
+  stem=$(basename "$f" .py)
+  [ "$stem" != "__init__" ] && [ -f "tests/test_$stem.py" ] && OP_TESTS="$OP_TESTS tests/test_$stem.py"
+done
+step "GPU tests: $OP_TESTS"
 T=$(budget 130 170)
-GPU_TESTS="tests/test_triton_gpu.py tests/test_triton.py"
-[ -f tests/test_cuda.py ] && GPU_TESTS="$GPU_TESTS tests/test_cuda.py"
 if [ $HAVE_PYTEST = 1 ]; then
-  timeout "$T" $PY -m pytest $GPU_TESTS -q -rs -p no:cacheprovider --junitxml="$OUT/tests.xml"
+  timeout "$T" $PY -m pytest $OP_TESTS -q -rs -p no:cacheprovider --junitxml="$OUT/tests.xml"
   STATUS[gpu_tests]="exit $? (124 = ran out of its ${T}s)"
 else
   STATUS[gpu_tests]="not run: pytest missing"
@@ -66,8 +72,8 @@ STATUS[gpu_bench]="exit $?"
 step "rest of the test suite"
 T=$(budget 100 25)
 if [ $HAVE_PYTEST = 1 ]; then
-  timeout "$T" $PY -m pytest tests -q -rs -p no:cacheprovider --ignore=tests/test_triton_gpu.py \
-    --ignore=tests/test_triton.py --ignore=tests/test_cuda.py --junitxml="$OUT/tests_rest.xml"
+  timeout "$T" $PY -m pytest tests -q -rs -p no:cacheprovider ${OP_TESTS//tests\//--ignore=tests\/} \
+    --junitxml="$OUT/tests_rest.xml"
   STATUS[rest_tests]="exit $? (124 = ran out of its ${T}s)"
 else
   STATUS[rest_tests]="not run: pytest missing"

@@ -28,7 +28,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from spot_kernels.triton import drafter, noise, scoring, tree_attention, verify  # noqa: E402
+from spot_kernels.triton import noise, score, select_children, tree_attention, verify_tree  # noqa: E402
 
 
 def _source(fn, signature, constexprs, divisible=()):
@@ -69,11 +69,11 @@ def kernels():
                  "valid_ptr": "*i8", "K": "i32"}
     for has_t in (False, True):
         for conf in (0, 1, 2, 3):
-            yield (f"score T{'>' if has_t else '='}0 conf{conf}", scoring._score_rows_kernel, score_sig,
+            yield (f"score T{'>' if has_t else '='}0 conf{conf}", score._score_rows_kernel, score_sig,
                    dict(HAS_T=has_t, CONF=conf, KP=32, BLOCK_V=2048), 8, ["row_stride", "V", "K"])
-    yield ("score fp16 K=4 small V", scoring._score_rows_kernel, {**score_sig, "logits_ptr": "*fp16"},
+    yield ("score fp16 K=4 small V", score._score_rows_kernel, {**score_sig, "logits_ptr": "*fp16"},
            dict(HAS_T=True, CONF=0, KP=4, BLOCK_V=64), 1)
-    yield ("score commit", scoring._commit_kernel,
+    yield ("score commit", score._commit_kernel,
            {"conf_ptr": "*fp32", "masked_ptr": "*u8", "valid_ptr": "*i8", "out_ptr": "*i64", "B": "i32"},
            dict(BLOCK_B=32), 1)
     strides = _i("r0", "r1", "r2", "r3", "p0", "p1", "p2", "p3", "s0", "s1", "s2", "s3", "v0", "v1", "v2", "v3")
@@ -81,7 +81,7 @@ def kernels():
            {"out_ptr": "*fp32", **{p: "*i64" for p in ("r_ptr", "p_ptr", "s_ptr", "v_ptr")}, "seed_key": "i64",
             "numel": "i64", **_i("d1", "d2", "d3"), **strides}, dict(BLOCK=1024), 4)
     for dtype, has_t in (("fp32", True), ("fp64", True), ("fp32", False)):
-        yield (f"select_children {dtype} T{'>' if has_t else '='}0", drafter._select_children_kernel,
+        yield (f"select_children {dtype} T{'>' if has_t else '='}0", select_children._select_children_kernel,
                {"logits_ptr": f"*{dtype}", "masked_ptr": "*u8", "path_ptr": f"*{dtype}", "probs_ptr": f"*{dtype}",
                 "ids_ptr": "*i64", "rows_ptr": "*i64", "bstart_ptr": "*i64", "steps_ptr": "*i64",
                 "seed_key": "i64", "temperature": "fp32", **_i("B", "K", "k"),
@@ -89,7 +89,7 @@ def kernels():
                 "pos_out": "*i64", "lp_out": f"*{dtype}", "tok_out": "*i64"},
                dict(HAS_T=has_t, BLOCK_B=32, BLOCK_K=32), 1)
     for n in (8, 64, 256):
-        yield (f"verify_tree N<={n}", verify._verify_kernel,
+        yield (f"verify_tree N<={n}", verify_tree._verify_kernel,
                {**{p: "*i64" for p in ("parents_ptr", "dpos_ptr", "dtok_ptr", "tpos_ptr", "ttok_ptr", "block_ptr",
                                        "acc_pos_ptr", "acc_tok_ptr", "num_ptr", "new_block_ptr", "last_ptr")},
                 **_i("N", "B")},

@@ -1,8 +1,8 @@
 """SPOT kernels: `torch.ops.spot.*` custom ops for speculative decoding of diffusion language models.
 
-Importing this package registers the ops. The schemas come from the compiled extension `spot_kernels._C` when it
-loads (and with it any CUDA kernels), else from `spot_kernels.schemas`; set SPOT_NO_EXTENSION=1 to skip the
-extension. See docs/ops.md for the contract of each op.
+Importing this package registers the ops: their schemas and Python wrappers come from spot_kernels/ops/<family>.py
+(spot_kernels/registry.py registers them), the CUDA kernels from the compiled extension `spot_kernels._C` when it
+loads; set SPOT_NO_EXTENSION=1 to skip the extension. See docs/ops.md for the contract of each op.
 """
 
 import os
@@ -20,28 +20,33 @@ if os.environ.get("SPOT_NO_EXTENSION", "") != "1":
     except ImportError as err:
         if not (isinstance(err, ModuleNotFoundError) and err.name == f"{__name__}._C"):
             # Built but unloadable (e.g. a torch ABI mismatch): say so instead of silently losing the kernels.
-            warnings.warn(f"spot_kernels._C failed to load ({err}); using the Python op schemas", stacklevel=2)
+            warnings.warn(f"spot_kernels._C failed to load ({err}); running without its kernels", stacklevel=2)
 
-from . import _library  # noqa: E402
+from . import registry  # noqa: E402
 from .backends import BackendUnavailable, available_backends  # noqa: E402
-from .ops import (  # noqa: E402
-    noise_uniform,
-    score,
-    select_children,
+from .ops import OPS  # noqa: E402
+from .ops.noise import noise_uniform  # noqa: E402
+from .ops.score import CONFIDENCE_KINDS, ScoreOutput, score  # noqa: E402
+from .ops.select_children import ChildSelection, select_children  # noqa: E402
+from .ops.tree_attention import (  # noqa: E402
     tree_attention,
     tree_mask,
     tree_mask_additive,
     tree_mask_mod,
     tree_mask_packed,
     tree_position_ids,
-    verify_tree,
 )
+from .ops.verify_tree import VerifyOutput, verify_tree  # noqa: E402
 
-_libraries = _library.register(define_schemas=not HAS_C_EXTENSION)  # kept alive: registrations die with them
+_libraries = registry.register(OPS.values())  # kept alive: registrations die with them
 
 __all__ = [
     "BackendUnavailable",
+    "CONFIDENCE_KINDS",
+    "ChildSelection",
     "HAS_C_EXTENSION",
+    "ScoreOutput",
+    "VerifyOutput",
     "available_backends",
     "noise_uniform",
     "score",

@@ -1,12 +1,15 @@
 """Backend registry and resolution for the `torch.ops.spot.*` ops (docs/ops.md, "backend").
 
 A backend implementation of op X is a function taking X's schema arguments, positionally, without `backend`, and
-returning X's outputs. Where implementations come from:
-  - "reference": `spot_kernels.reference.<family>`, registered at import (pure PyTorch, any device);
-  - "triton": `spot_kernels/triton/<family>.py`, imported on first use; the module calls `register(...)`;
-  - "cuda": the private op `torch.ops.spot._X_cuda` (X's schema without `backend`), defined by a
-    `csrc/cuda/<family>.cu` compiled into `spot_kernels._C`; found by name, nothing to register.
-So adding a Triton or CUDA kernel means adding its file only.
+returning X's outputs. Every backend hands its implementations over the same way: one table {op: function} per op
+family, read once, on first use, by `kernels(backend, family)`:
+  - "reference", "triton": Python packages with one module per family, `spot_kernels.<backend>.<family>`, each
+    ending with `KERNELS = {op: function}` (the Triton modules are imported only when first needed, so that Triton
+    is never imported for CPU-only work);
+  - "cuda": the compiled extension `spot_kernels._C`; csrc/cuda/<family>.cu registers a kernel for the private op
+    `spot::_X_cuda` under the CUDA dispatch key, and the family's table lists the private ops that have one.
+    A C++ ATen CPU backend would be one more entry of EXTENSION_BACKENDS ({"cpu": "CPU"}) with its .cpp files.
+So adding a kernel means adding its file (and its table entry) only.
 """
 
 from __future__ import annotations
@@ -18,27 +21,59 @@ from typing import Callable
 
 import torch
 
-from .schemas import FAMILIES
-
 BACKENDS = ("reference", "triton", "cuda")
 _CHOICES = ("auto",) + BACKENDS
+# Backends written in Python: the package holding their family modules.
+MODULE_BACKENDS = {"reference": "spot_kernels.reference", "triton": "spot_kernels.triton"}
+# Backends compiled into spot_kernels._C: the dispatch key their private ops `_<op>_<backend>` are registered under.
+EXTENSION_BACKENDS = {"cuda": "CUDA"}
+_AUTO_ORDER = ("cuda", "triton", "reference")  # for CUDA tensors; any other device gets the reference
 
-_registry: dict[tuple[str, str], Callable] = {}
-_imported_triton_families: set[str] = set()
-_cuda_ops: dict[str, Callable | None] = {}  # op -> torch.ops.spot._<op>_cuda or None (looked up once)
+_tables: dict[tuple[str, str], dict[str, Callable]] = {}
 
 
 class BackendUnavailable(RuntimeError):
     """The requested backend cannot run this call (wrong device, not built, not installed, or no kernel yet)."""
 
 
+def _families() -> dict[str, str]:
+    from .ops import FAMILIES  # the op modules import this one: look them up at call time
+
+    return FAMILIES
+
+
+def _load(backend: str, family: str) -> dict[str, Callable]:
+    if backend in MODULE_BACKENDS:
+        package = MODULE_BACKENDS[backend]
+        module = f"{package}.{family}"
+        try:
+            return dict(importlib.import_module(module).KERNELS)
+        except ModuleNotFoundError as err:
+            if err.name not in (module, package):
+                raise  # a kernel file that fails to import is a bug, not a missing kernel
+            return {}
+    key = EXTENSION_BACKENDS[backend]
+    ops = [op for op, fam in _families().items() if fam == family]
+    return {op: getattr(torch.ops.spot, f"_{op}_{backend}") for op in ops
+            if torch._C._dispatch_has_kernel_for_dispatch_key(f"spot::_{op}_{backend}", key)}
+
+
+def kernels(backend: str, family: str) -> dict[str, Callable]:
+    """The kernel table {op: function} of one backend for one op family (loaded once, then cached)."""
+    key = (backend, family)
+    if key not in _tables:
+        _tables[key] = _load(backend, family)
+    return _tables[key]
+
+
 def register(op: str, backend: str, fn: Callable) -> None:
-    """Register `fn` as the `backend` implementation of `spot::<op>` (replacing any previous one)."""
-    if op not in FAMILIES:
-        raise ValueError(f"register: unknown op {op!r}; expected one of {sorted(FAMILIES)}")
+    """Put `fn` in the `backend` table as the implementation of `spot::<op>` (replacing the one there)."""
+    families = _families()
+    if op not in families:
+        raise ValueError(f"register: unknown op {op!r}; expected one of {sorted(families)}")
     if backend not in BACKENDS:
         raise ValueError(f"register: unknown backend {backend!r}; expected one of {BACKENDS}")
-    _registry[(op, backend)] = fn
+    kernels(backend, families[op])[op] = fn
 
 
 def _c_extension():
@@ -48,55 +83,38 @@ def _c_extension():
     return getattr(spot_kernels, "_C", None) if spot_kernels.HAS_C_EXTENSION else None
 
 
-def _cuda_kernel(op: str, device: torch.device) -> tuple[Callable | None, str]:
-    if device.type != "cuda":
-        return None, f"cuda backend needs CUDA tensors, got {device.type} tensors"
-    ext = _c_extension()
-    if ext is None:
-        return None, "cuda backend: spot_kernels._C is not loaded (extension not built or SPOT_NO_EXTENSION=1)"
-    if not getattr(ext, "WITH_CUDA", 0):
-        return None, "cuda backend: spot_kernels._C was built without CUDA (see the setup.py build message)"
-    fn = _registry.get((op, "cuda"))
-    if fn is None:
-        if op not in _cuda_ops:
-            _cuda_ops[op] = getattr(torch.ops.spot, f"_{op}_cuda", None)
-        fn = _cuda_ops[op]
-    if fn is None:
-        return None, f"cuda backend: no kernel for spot::{op} yet"
-    return fn, ""
-
-
 def triton_importable() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def _triton_kernel(op: str, device: torch.device) -> tuple[Callable | None, str]:
-    if not triton_importable():
-        return None, "triton backend: the triton package is not installed"
-    interpret = os.environ.get("TRITON_INTERPRET", "") == "1"
-    if device.type != "cuda" and not (device.type == "cpu" and interpret):
-        return None, f"triton backend needs CUDA tensors or TRITON_INTERPRET=1, got {device.type} tensors"
-    family = FAMILIES[op]
-    if (op, "triton") not in _registry and family not in _imported_triton_families:
-        _imported_triton_families.add(family)
-        module = f"spot_kernels.triton.{family}"
-        try:
-            importlib.import_module(module)  # registers its kernels
-        except ModuleNotFoundError as err:
-            if err.name not in (module, "spot_kernels.triton"):
-                raise  # a kernel file that fails to import is a bug, not a missing kernel
-    fn = _registry.get((op, "triton"))
-    if fn is None:
-        return None, f"triton backend: no kernel for spot::{op} yet"
-    return fn, ""
+def _unavailable(backend: str, device: torch.device) -> str:
+    """Why `backend` cannot run on `device` whatever the op ("" when it can)."""
+    if backend == "triton":
+        if not triton_importable():
+            return "triton backend: the triton package is not installed"
+        interpret = os.environ.get("TRITON_INTERPRET", "") == "1"
+        if device.type != "cuda" and not (device.type == "cpu" and interpret):
+            return f"triton backend needs CUDA tensors or TRITON_INTERPRET=1, got {device.type} tensors"
+    elif backend in EXTENSION_BACKENDS:
+        key = EXTENSION_BACKENDS[backend]
+        if device.type != key.lower():
+            return f"{backend} backend needs {key} tensors, got {device.type} tensors"
+        ext = _c_extension()
+        if ext is None:
+            return f"{backend} backend: spot_kernels._C is not loaded (extension not built or SPOT_NO_EXTENSION=1)"
+        if not getattr(ext, f"WITH_{key}", 0):
+            return f"{backend} backend: spot_kernels._C was built without {key} (see the setup.py build message)"
+    return ""
 
 
 def _kernel(op: str, backend: str, device: torch.device) -> tuple[Callable | None, str]:
-    if backend == "reference":
-        return _registry[(op, "reference")], ""
-    if backend == "triton":
-        return _triton_kernel(op, device)
-    return _cuda_kernel(op, device)
+    reason = _unavailable(backend, device)
+    if reason:
+        return None, reason
+    fn = kernels(backend, _families()[op]).get(op)
+    if fn is None:
+        return None, f"{backend} backend: no kernel for spot::{op} yet"
+    return fn, ""
 
 
 def requested_backend(backend: str) -> tuple[str, str]:
@@ -126,12 +144,12 @@ def resolve(op: str, device: torch.device, backend: str = "auto") -> Callable:
         if fn is None:
             raise BackendUnavailable(f"{reason} (requested by {source})")
         return fn
-    if device.type == "cuda":
-        for candidate in ("cuda", "triton"):
-            fn, _ = _kernel(op, candidate, device)
-            if fn is not None:
-                return fn
-    return _registry[(op, "reference")]
+    candidates = _AUTO_ORDER if device.type == "cuda" else ("reference",)
+    for candidate in candidates:
+        fn, _ = _kernel(op, candidate, device)
+        if fn is not None:
+            return fn
+    raise BackendUnavailable(f"no backend has a kernel for spot::{op} on {device.type} tensors")
 
 
 def available_backends(op: str | None = None, device: str | torch.device | None = None) -> list[str]:
@@ -145,9 +163,9 @@ def available_backends(op: str | None = None, device: str | torch.device | None 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    ops = [op] if op is not None else list(FAMILIES)
+    families = _families()
+    ops = [op] if op is not None else list(families)
     for name in ops:
-        if name not in FAMILIES:
-            raise ValueError(f"available_backends: unknown op {name!r}; expected one of {sorted(FAMILIES)}")
-    found = [b for b in ("cuda", "triton", "reference") if any(_kernel(o, b, device)[0] for o in ops)]
-    return found
+        if name not in families:
+            raise ValueError(f"available_backends: unknown op {name!r}; expected one of {sorted(families)}")
+    return [b for b in _AUTO_ORDER if any(_kernel(o, b, device)[0] for o in ops)]

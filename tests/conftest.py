@@ -1,5 +1,6 @@
 import os
 
+import pytest
 import torch
 
 # The suite runs tiny models whose ops are dominated by per-call overhead; one intra-op thread is as fast and
@@ -10,3 +11,27 @@ torch.set_num_threads(1)
 # kernel module is imported (spot_kernels.triton.* are imported on first use). With a GPU they compile for real.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(scope="session")
+def cuda_emulation():
+    """torch.ops.spot_emu: the CUDA kernels built for the CPU SIMT emulation (tests/helpers.py)."""
+    import helpers
+
+    return helpers.build_cuda_emulation()
+
+
+@pytest.fixture
+def backend(request):
+    """A helpers.Target for the backend named by indirect parametrization:
+    @pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda"], indirect=True)."""
+    import helpers
+
+    return helpers.target(request.param, request)
+
+
+def pytest_collection_modifyitems(items):
+    # Triton's interpreter evaluates masked-out lanes too (inf - inf, log 0, ...) and numpy warns about them.
+    for item in items:
+        if getattr(item, "callspec", None) and item.callspec.params.get("backend") == "triton":
+            item.add_marker(pytest.mark.filterwarnings("ignore::RuntimeWarning"))

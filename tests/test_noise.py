@@ -1,4 +1,5 @@
-"""spot::noise_uniform and the coupled-noise reference (docs/noise.md)."""
+"""spot::noise_uniform and the coupled-noise reference (docs/noise.md): the contract against brute force (on the
+reference, the oracle), then every other backend bit for bit against the reference."""
 
 import math
 
@@ -10,6 +11,7 @@ import spot_kernels
 from spot_kernels.reference import noise as ref_noise
 
 import brute
+from helpers import KERNEL_BACKENDS
 
 # (seed, row, position, step, vocab id) -> u32 word, from the literal transcription of docs/noise.md in brute.py.
 # Pinned here so every backend, now and later, is held to the same numbers.
@@ -140,3 +142,38 @@ def test_bad_input(kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         spot_kernels.noise_uniform(**args)
+
+
+# ------------------------------------------------------------------------------- backends against the reference
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
+@pytest.mark.parametrize("seed", [0, 1, 2**32 + 5, 2**63 - 1])
+def test_noise_uniforms_bit_for_bit(backend, seed):
+    g = torch.Generator().manual_seed(seed % 1000)
+    x = torch.randint(-2**40, 2**40, (4, 3, 2), generator=g).transpose(0, 2)  # non-contiguous, negative, > 32 bits
+    cases = [
+        (torch.arange(3)[:, None], torch.tensor(7), torch.tensor(1), torch.arange(50)),
+        (x, x[:1], x[:, :1, :1] - 40, torch.arange(2)[:, None, None, None] * x),
+        (torch.tensor(-1), torch.tensor(2**33), torch.tensor(0), torch.arange(0)),
+    ]
+    for args in cases:
+        a, r = backend.both("noise_uniform", seed, *backend.to(*args))
+        assert a.dtype == torch.float32 and a.shape == r.shape
+        assert torch.equal(a, r)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
+@pytest.mark.parametrize("shapes", [((3, 1), (1, 5), (), (5,)), ((2, 1, 1), (4, 1), (1,), (1, 1, 9)),
+                                    ((0, 3), (3,), (), ())])
+def test_noise_uniform_bit_exact(backend, shapes):
+    g = torch.Generator().manual_seed(0)
+    tensors = backend.to(*(torch.randint(-2**40, 2**40, s, generator=g) for s in shapes))
+    for seed in (0, 1, 2**32 + 7, 2**63 - 1):
+        got = backend.run("noise_uniform", seed, *tensors)
+        assert got.dtype == torch.float32 and torch.equal(got, backend.ref("noise_uniform", seed, *tensors))
+        assert torch.equal(got.cpu(), backend.ref("noise_uniform", seed, *[t.cpu() for t in tensors]))
+    many = backend.to(torch.arange(2).view(2, 1, 1, 1, 1, 1, 1, 1, 1, 1), torch.arange(3), torch.tensor(4),
+                      torch.arange(2).view(2, 1))  # 10 dimensions: the flat fallback
+    assert torch.equal(backend.run("noise_uniform", 9, *many), backend.ref("noise_uniform", 9, *many))
+    strided = backend.to(torch.arange(12).view(3, 4)[:, ::2], torch.arange(2), torch.tensor(1), torch.tensor(0))
+    assert torch.equal(backend.run("noise_uniform", 4, *strided), backend.ref("noise_uniform", 4, *strided))

@@ -1,7 +1,8 @@
-"""Tree attention masks and position ids (docs/ops.md, "Tree attention masks")."""
+"""Tree attention masks, position ids and the shared-prefix tree attention (docs/ops.md, "Tree attention masks").
+
+The contract against brute force on the reference (the oracle), then every other backend against the reference."""
 
 import math
-import random
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from torch.library import opcheck
 
 import spot_kernels
 
-I64 = torch.int64
+from helpers import CUDA_KERNELS, I64, attention_inputs, gpu_only, ragged_key_start, random_tree_configs
 OPS = ("tree_mask", "tree_mask_additive", "tree_mask_packed", "tree_position_ids")
 
 
@@ -40,20 +41,8 @@ def brute_positions(key_start, prefix_len, num_new, num_nodes, block_size):
     return out
 
 
-def random_configs(count, seed=0):
-    rng = random.Random(seed)
-    for _ in range(count):
-        prefix_len = rng.randint(0, 40)
-        num_new = rng.randint(0, prefix_len)
-        num_nodes = rng.randint(0, 4)
-        block_size = rng.randint(1, 6)
-        b = rng.randint(0, 3)
-        key_start = [rng.randint(0, prefix_len) for _ in range(b)]
-        yield key_start, prefix_len, num_new, num_nodes, block_size
-
-
 def test_masks_and_positions_against_brute_force():
-    for key_start, *shape in random_configs(40):
+    for key_start, *shape in random_tree_configs(40):
         ks = torch.tensor(key_start, dtype=I64)
         want = brute_mask(key_start, *shape)
         mask = spot_kernels.tree_mask(ks, *shape)
@@ -87,7 +76,7 @@ def test_hand_built_case():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_additive(dtype):
-    for key_start, *shape in random_configs(10, seed=1):
+    for key_start, *shape in random_tree_configs(10, seed=1):
         ks = torch.tensor(key_start, dtype=I64)
         add = spot_kernels.tree_mask_additive(ks, *shape, dtype)
         mask = spot_kernels.tree_mask(ks, *shape)
@@ -96,7 +85,8 @@ def test_additive(dtype):
 
 
 def test_packed():
-    configs = list(random_configs(20, seed=2)) + [([0, 5, 31], 31, 3, 1, 1), ([7], 64, 0, 2, 16), ([0], 33, 1, 0, 1)]
+    configs = list(random_tree_configs(20, seed=2)) + [([0, 5, 31], 31, 3, 1, 1), ([7], 64, 0, 2, 16),
+                                                       ([0], 33, 1, 0, 1)]
     for key_start, *shape in configs:
         ks = torch.tensor(key_start, dtype=I64)
         packed = spot_kernels.tree_mask_packed(ks, *shape)
@@ -115,7 +105,7 @@ def test_packed():
 
 
 def test_mask_mod_matches_tree_mask():
-    for key_start, prefix_len, num_new, num_nodes, block_size in random_configs(15, seed=3):
+    for key_start, prefix_len, num_new, num_nodes, block_size in random_tree_configs(15, seed=3):
         ks = torch.tensor(key_start, dtype=I64)
         mod = spot_kernels.tree_mask_mod(ks, prefix_len, num_new, block_size)
         n_q, n_k = num_new + num_nodes * block_size, prefix_len + num_nodes * block_size
@@ -220,16 +210,6 @@ def test_unknown_backend():
 
 # ------------------------------------------------------------------------------------ shared-prefix tree attention
 
-def attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype=torch.float64, seed=0, device="cpu"):
-    g = torch.Generator().manual_seed(seed)
-
-    def rnd(*shape):
-        return torch.randn(*shape, generator=g, dtype=torch.float64).to(device=device, dtype=dtype)
-
-    return (rnd(b, hq, n, block, dim), rnd(b, hkv, prefix, dim), rnd(b, hkv, prefix, dim),
-            rnd(b, hkv, n, block, dim), rnd(b, hkv, n, block, dim))
-
-
 def brute_tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale=None):
     """Each (row, head, node) separately: plain softmax attention over [valid prefix keys + own node keys]."""
     b, hq, n, block, dim = q.shape
@@ -329,3 +309,104 @@ def _attention_call(**override):
 def test_tree_attention_bad_input(override, error, match):
     with pytest.raises(error, match=match):
         _attention_call(**override)
+
+
+# ------------------------------------------------------------------------------- backends against the reference
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_tree_masks_match_reference(backend):
+    for key_start, *shape in list(random_tree_configs(12, seed=5)) + [([0, 5, 31], 31, 3, 1, 1), ([7], 64, 0, 2, 16)]:
+        ks = torch.tensor(key_start, dtype=I64, device=backend.device)
+        for op in ("tree_mask", "tree_mask_packed", "tree_position_ids"):
+            a, r = backend.both(op, ks, *shape)
+            assert a.dtype == r.dtype and torch.equal(a, r), op
+        for dtype in (torch.float32, torch.float16):
+            a, r = backend.both("tree_mask_additive", ks, *shape, dtype)
+            assert a.dtype == dtype and torch.equal(a, r)
+
+
+def attention_args(t, b, hq, hkv, n, block, prefix, dim, dtype, seed=0, pad_last_row=True):
+    """Every tensor argument of tree_attention on the backend's device; ragged left padding, and with
+    pad_last_row a last row whose prefix is all padding."""
+    key_start = ragged_key_start(b, prefix)
+    if pad_last_row and b > 1:
+        key_start[-1] = prefix
+    return t.to(*attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype, seed), key_start)
+
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_tree_attention_matches_reference(backend, dtype):
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-3, atol=2e-3)
+    shapes = [(2, 4, 2, 3, 5, 21, 8),  # GQA, ragged prefixes, a query tile spanning nodes and heads
+              (1, 2, 2, 1, 1, 0, 3),  # no prefix, D not a power of two
+              (2, 2, 1, 0, 3, 4, 8),  # no nodes
+              (1, 3, 1, 2, 4, 33, 20)]
+    for shape in shapes:
+        args = attention_args(backend, *shape, dtype, pad_last_row=False)
+        a, r = backend.both("tree_attention", *args)
+        assert a.dtype == dtype and a.shape == r.shape
+        torch.testing.assert_close(a, r, **tol)
+    q, kp, vp, kn, vn, ks = attention_args(backend, 2, 4, 2, 3, 4, 9, 8, dtype, seed=1, pad_last_row=False)
+    # non-contiguous views and an explicit scale
+    a, r = backend.both("tree_attention", q.transpose(2, 3).contiguous().transpose(2, 3), kp, vp.transpose(2, 3)
+                .contiguous().transpose(2, 3), kn, vn, ks, 0.2)
+    torch.testing.assert_close(a, r, **tol)
+
+
+TREE_CASES = [(torch.tensor([0, 2, 5]), 5, 2, 3, 4), (torch.tensor([0]), 0, 0, 2, 3),
+              (torch.tensor([1, 0]), 7, 7, 0, 1), (torch.tensor([3, 0, 11, 2]), 11, 3, 5, 7),
+              (torch.zeros(0, dtype=I64), 4, 1, 2, 2), (torch.tensor([0, 100]), 300, 16, 9, 32)]
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("case", range(len(TREE_CASES)))
+def test_tree_masks_parity(backend, case):
+    key_start, *sizes = TREE_CASES[case]
+    (key_start,) = backend.to(key_start)
+    for op in ("tree_mask", "tree_mask_packed", "tree_position_ids"):
+        got, want = backend.run(op, key_start, *sizes), backend.ref(op, key_start, *sizes)
+        assert got.dtype == want.dtype and torch.equal(got, want), op
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        got = backend.run("tree_mask_additive", key_start, *sizes, dtype)
+        want = backend.ref("tree_mask_additive", key_start, *sizes, dtype)
+        assert got.dtype == dtype and torch.equal(got, want), dtype
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 4, 2, 3, 5, 37, 8), (1, 4, 2, 2, 32, 70, 64), (2, 4, 4, 2, 16, 17, 40),
+                                   (1, 2, 1, 3, 4, 0, 128), (1, 2, 1, 2, 8, 20, 256), (0, 2, 1, 2, 3, 4, 8),
+                                   (2, 2, 1, 0, 3, 4, 8)],
+                         ids=lambda s: "b{}-hq{}-hkv{}-N{}-B{}-P{}-D{}".format(*s))
+def test_tree_attention_parity(backend, shape, dtype):
+    args = attention_args(backend, *shape, dtype, seed=sum(shape))
+    for scale in (None, 0.3):
+        got = backend.run("tree_attention", *args, scale)
+        want = backend.ref("tree_attention", *args, scale)
+        assert got.dtype == dtype and got.shape == want.shape and got.is_contiguous()
+        tol = {torch.float64: 1e-10, torch.float32: 2e-5}.get(dtype, 2e-2)
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+@gpu_only
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_masks_at_scale(backend):
+    key_start = torch.tensor([0, 5, 700], device=backend.device)
+    shape = (2048, 32, 16, 32)
+    for op in ("tree_mask", "tree_mask_packed", "tree_position_ids"):
+        a, r = backend.both(op, key_start, *shape)
+        assert torch.equal(a, r), op
+    a, r = backend.both("tree_mask_additive", key_start, *shape, torch.bfloat16)
+    assert torch.equal(a, r)
+
+
+@gpu_only
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_tree_attention_bench_shape(backend, dtype):
+    b, hq, hkv, n, block, prefix, dim = 2, 32, 8, 16, 32, 2048, 128
+    args = backend.to(*attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype, seed=1),
+                      torch.tensor([0, 1000]))
+    a, r = backend.both("tree_attention", *args)
+    torch.testing.assert_close(a.float(), r.float(), rtol=2e-2, atol=2e-2)

@@ -14,6 +14,8 @@
 // launch on a stream (`kernel` a single name: assign template instantiations to a variable first);
 // SPOT_EXTERN_SHARED: the dynamic shared memory. Under SPOT_EMULATE (tests only, see emulate.h) the same sources
 // compile with g++ into CPU ops `spot_emu::_<op>_cuda` run by a SIMT emulation.
+// The .cu files only register implementations (TORCH_LIBRARY_IMPL); the schemas of `spot::_<op>_cuda` (and of the
+// emulation's `spot_emu::_<op>_cuda`) are defined from Python, from the public schemas (spot_kernels/registry.py).
 #ifdef SPOT_EMULATE
 #include "emulate.h"
 #define SPOT_NS spot_emu
@@ -41,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -98,27 +101,12 @@ __device__ __forceinline__ A gumbel_from_word(uint32_t w) {
 // Logits are read through their storage type and converted exactly to the compute dtype.
 enum class In { kF16, kBF16, kF32, kF64 };
 
+// storage: the element type read from memory (the 16-bit formats as raw bits); acc: the compute dtype (float64 for
+// float64 logits, else float32).
 template <In I>
-struct InTraits;
-template <>
-struct InTraits<In::kF16> {
-  using storage = uint16_t;
-  using acc = float;
-};
-template <>
-struct InTraits<In::kBF16> {
-  using storage = uint16_t;
-  using acc = float;
-};
-template <>
-struct InTraits<In::kF32> {
-  using storage = float;
-  using acc = float;
-};
-template <>
-struct InTraits<In::kF64> {
-  using storage = double;
-  using acc = double;
+struct InTraits {
+  using acc = std::conditional_t<I == In::kF64, double, float>;
+  using storage = std::conditional_t<I == In::kF16 || I == In::kBF16, uint16_t, acc>;
 };
 
 template <In I>

@@ -1,7 +1,8 @@
 // CPU emulation of the CUDA subset that csrc/cuda/*.cu use, for tests on machines without a GPU.
 //
-// Compiled only with -DSPOT_EMULATE (tests/test_cuda.py builds the .cu files with g++ into a test-only extension
-// whose ops live in the `spot_emu` namespace under the CPU key); never part of the shipped extension. The CUDA
+// Compiled only with -DSPOT_EMULATE (tests/helpers.py builds the .cu files with g++ into a test-only extension
+// whose ops live in the `spot_emu` namespace under the CPU key, their schemas defined from Python as the shipped
+// ones are); never part of the shipped extension. The CUDA
 // threads of a block are cooperative fibers on one OS thread: __syncthreads waits for every live thread of the
 // block, a warp shuffle for every live thread of the warp (through double-buffered per-warp slots), __shared__
 // variables are function statics (blocks run one after another) and the dynamic shared memory is a per-launch

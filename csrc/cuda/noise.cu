@@ -119,8 +119,4 @@ at::Tensor noise_uniform_cuda(int64_t seed, const at::Tensor& rows, const at::Te
 }  // namespace
 }  // namespace spot_cuda
 
-TORCH_LIBRARY_FRAGMENT(SPOT_NS, m) {
-  m.def("_noise_uniform_cuda(int seed, Tensor rows, Tensor positions, Tensor steps, Tensor vocab_ids) -> Tensor");
-}
-
 TORCH_LIBRARY_IMPL(SPOT_NS, SPOT_KEY, m) { m.impl("_noise_uniform_cuda", &spot_cuda::noise_uniform_cuda); }

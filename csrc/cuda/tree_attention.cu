@@ -39,30 +39,16 @@ __device__ __forceinline__ bool visible(int64_t ks, int64_t q, int64_t k, const 
   return (k - g.prefix_len) / g.block_size == (q - g.num_new) / g.block_size;
 }
 
+// The unsigned integer of ES bytes (1, 2, 4 or 8): one mask element's bit pattern.
 template <int ES>
-struct Word;
-template <>
-struct Word<1> {
-  using type = uint8_t;
-};
-template <>
-struct Word<2> {
-  using type = uint16_t;
-};
-template <>
-struct Word<4> {
-  using type = uint32_t;
-};
-template <>
-struct Word<8> {
-  using type = uint64_t;
-};
+using Word = std::conditional_t<ES == 1, uint8_t,
+                                std::conditional_t<ES == 2, uint16_t, std::conditional_t<ES == 4, uint32_t, uint64_t>>>;
 
 // Dense [b, Q, K] mask of ES-byte elements: `on` where visible, `off` elsewhere; 16 bytes per thread.
 template <int ES>
 __global__ void dense_mask_kernel(const int64_t* __restrict__ key_start, TreeGeom g, int64_t total, uint64_t on,
                                   uint64_t off, void* __restrict__ out) {
-  using W = typename Word<ES>::type;
+  using W = Word<ES>;
   constexpr int kPer = 16 / ES;
   const int64_t chunks = (total + kPer - 1) / kPer;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < chunks;
@@ -168,24 +154,13 @@ at::Tensor dense_mask(const char* op, const at::Tensor& key_start_in, int64_t pr
   const unsigned grid = grid_for(ceil_div(total, 16 / es), threads, device);
   const int64_t* ks = key_start.data_ptr<int64_t>();
   void* o = out.data_ptr();
-  void (*kernel)(const int64_t*, TreeGeom, int64_t, uint64_t, uint64_t, void*) = nullptr;
-  switch (es) {
-    case 1:
-      kernel = dense_mask_kernel<1>;
-      break;
-    case 2:
-      kernel = dense_mask_kernel<2>;
-      break;
-    case 4:
-      kernel = dense_mask_kernel<4>;
-      break;
-    case 8:
-      kernel = dense_mask_kernel<8>;
-      break;
-    default:
-      TORCH_CHECK_TYPE(false, "spot.", op, " (cuda backend): unsupported element size ", es, " of dtype ",
-                       dtype_name(dtype));
-  }
+  using Kernel = void (*)(const int64_t*, TreeGeom, int64_t, uint64_t, uint64_t, void*);
+  // By element size in bytes, 1 to 8 (the mask dtypes are 1, 2, 4 or 8 bytes wide).
+  const Kernel by_size[8] = {dense_mask_kernel<1>, dense_mask_kernel<2>, nullptr, dense_mask_kernel<4>,
+                             nullptr,              nullptr,              nullptr, dense_mask_kernel<8>};
+  const Kernel kernel = es >= 1 && es <= 8 ? by_size[es - 1] : nullptr;
+  TORCH_CHECK_TYPE(kernel != nullptr, "spot.", op, " (cuda backend): unsupported element size ", es, " of dtype ",
+                   dtype_name(dtype));
   SPOT_LAUNCH(kernel, grid, threads, 0, stream, ks, g, total, on, off, o);
   SPOT_LAUNCH_CHECK();
   return out;
@@ -522,23 +497,6 @@ at::Tensor tree_attention_cuda(const at::Tensor& q_in, const at::Tensor& k_prefi
 
 }  // namespace
 }  // namespace spot_cuda
-
-TORCH_LIBRARY_FRAGMENT(SPOT_NS, m) {
-  m.def(
-      "_tree_mask_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size) -> Tensor");
-  m.def(
-      "_tree_mask_additive_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size, "
-      "ScalarType dtype) -> Tensor");
-  m.def(
-      "_tree_mask_packed_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size) -> "
-      "Tensor");
-  m.def(
-      "_tree_position_ids_cuda(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size) -> "
-      "Tensor");
-  m.def(
-      "_tree_attention_cuda(Tensor q, Tensor k_prefix, Tensor v_prefix, Tensor k_nodes, Tensor v_nodes, "
-      "Tensor key_start, float? scale=None) -> Tensor");
-}
 
 TORCH_LIBRARY_IMPL(SPOT_NS, SPOT_KEY, m) {
   m.impl("_tree_mask_cuda", &spot_cuda::tree_mask_cuda);

@@ -72,3 +72,7 @@ def noise_uniform(
     """Reference for spot::noise_uniform: float32 uniforms of the broadcast shape of the four int64 tensors."""
     key = row_key(seed, rows, positions, steps)
     return uniform_from_words(words(key, vocab_ids)).contiguous()
+
+
+# The reference backend's implementations of this family (read by spot_kernels.backends).
+KERNELS = {"noise_uniform": noise_uniform}

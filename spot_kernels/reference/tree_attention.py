@@ -130,3 +130,13 @@ def tree_attention(
     out = torch.matmul(p_prefix.reshape(b, hkv, group, n * block, prefix), vp).reshape(b, hkv, group, n, block, dim)
     out = out + torch.matmul(p_node, vn)
     return out.reshape(b, hq, n, block, dim).to(q.dtype).contiguous()
+
+
+# The reference backend's implementations of this family (read by spot_kernels.backends).
+KERNELS = {
+    "tree_mask": tree_mask,
+    "tree_mask_additive": tree_mask_additive,
+    "tree_mask_packed": tree_mask_packed,
+    "tree_position_ids": tree_position_ids,
+    "tree_attention": tree_attention,
+}

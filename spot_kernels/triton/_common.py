@@ -20,7 +20,6 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
 NEG_INF = tl.constexpr(float("-inf"))
 POS_INF = tl.constexpr(float("inf"))
 MIN_KEY = tl.constexpr(-(2**63))
-MAX_ID = tl.constexpr(0x7FFFFFFF)
 GUMBEL_BOUND = tl.constexpr(17.0)  # > -log(-log(1 - 2^-24)) = 16.64, the largest Gumbel value (docs/noise.md)
 
 
@@ -77,23 +76,19 @@ if INTERPRET:
 # The interpreter has no libdevice; on the GPU libdevice's log/exp are the CUDA math library's logf/expf, the same
 # functions PyTorch's CUDA kernels call, so Gumbel values match the CUDA reference bit for bit.
 if INTERPRET:
-    @triton.jit
-    def precise_log(x):
-        return tl.log(x)
-
-    @triton.jit
-    def precise_exp(x):
-        return tl.exp(x)
+    _math = tl
 else:
-    from triton.language.extra import libdevice
+    from triton.language.extra import libdevice as _math
 
-    @triton.jit
-    def precise_log(x):
-        return libdevice.log(x)
 
-    @triton.jit
-    def precise_exp(x):
-        return libdevice.exp(x)
+@triton.jit
+def precise_log(x):
+    return _math.log(x)
+
+
+@triton.jit
+def precise_exp(x):
+    return _math.exp(x)
 
 
 # ---------------------------------------------------------------------------------------------- coupled noise
@@ -145,7 +140,7 @@ def pack_key(x, idx):
     x = tl.where(x == 0, 0.0, x)
     b = x.to(tl.int32, bitcast=True)
     o = b ^ ((b >> 31) & 0x7FFFFFFF)
-    return (o.to(tl.int64) << 32) | (2147483647 - idx).to(tl.int64)  # 2^31 - 1 = MAX_ID
+    return (o.to(tl.int64) << 32) | (2147483647 - idx).to(tl.int64)  # 2^31 - 1: the largest index
 
 
 @triton.jit

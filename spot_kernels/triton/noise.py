@@ -10,7 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import backends
 from ._common import mix32, on_device, row_key, seed_key, uniform_from_words
 
 _BLOCK = 1024
@@ -79,4 +78,5 @@ def noise_uniform(seed: int, rows: torch.Tensor, positions: torch.Tensor, steps:
     return out
 
 
-backends.register("noise_uniform", "triton", noise_uniform)
+# The triton backend's kernels of this family (read by spot_kernels.backends).
+KERNELS = {"noise_uniform": noise_uniform}

@@ -26,7 +26,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import backends
 from ..reference import tree_attention as reference
 from ._common import NEG_INF, next_pow2, on_device
 
@@ -265,8 +264,11 @@ def tree_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale):
     return out
 
 
-backends.register("tree_mask", "triton", tree_mask)
-backends.register("tree_mask_additive", "triton", tree_mask_additive)
-backends.register("tree_mask_packed", "triton", tree_mask_packed)
-backends.register("tree_position_ids", "triton", tree_position_ids)
-backends.register("tree_attention", "triton", tree_attention)
+# The triton backend's kernels of this family (read by spot_kernels.backends).
+KERNELS = {
+    "tree_mask": tree_mask,
+    "tree_mask_additive": tree_mask_additive,
+    "tree_mask_packed": tree_mask_packed,
+    "tree_position_ids": tree_position_ids,
+    "tree_attention": tree_attention,
+}

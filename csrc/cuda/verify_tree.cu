@@ -194,11 +194,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> verify_tr
 }  // namespace
 }  // namespace spot_cuda
 
-TORCH_LIBRARY_FRAGMENT(SPOT_NS, m) {
-  m.def(
-      "_verify_tree_cuda(Tensor parents, Tensor draft_pos, Tensor draft_tokens, Tensor target_pos, "
-      "Tensor target_tokens, Tensor block) -> (Tensor accepted_pos, Tensor accepted_tokens, Tensor num_accepted, "
-      "Tensor new_block, Tensor last_node)");
-}
-
 TORCH_LIBRARY_IMPL(SPOT_NS, SPOT_KEY, m) { m.impl("_verify_tree_cuda", &spot_cuda::verify_tree_cuda); }

@@ -35,13 +35,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import backends
-from ..reference import scoring as reference
+from ..ops.score import CONFIDENCE_KINDS
+from ..reference import score as reference
 from ._common import (GUMBEL_BOUND, MIN_KEY, NEG_INF, POS_INF, gumbel_from_words, key_index, key_value, mix32,
                       next_pow2, on_device, pack_key, precise_exp, precise_log, row_key, seed_key)
 
 MAX_TOPK = 1024
-_CONF = {"prob": 0, "raw_prob": 1, "margin": 2, "neg_entropy": 3}
+_CONF = {kind: code for code, kind in enumerate(CONFIDENCE_KINDS)}  # the kernel's CONF codes
 NAN = tl.constexpr(float("nan"))
 
 
@@ -294,4 +294,5 @@ def score(logits, masked, seed, rows, block_start, steps, temperature, confidenc
     return tokens, conf, probs, ids, commit
 
 
-backends.register("score", "triton", score)
+# The triton backend's kernels of this family (read by spot_kernels.backends).
+KERNELS = {"score": score}

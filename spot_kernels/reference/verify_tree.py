@@ -71,3 +71,7 @@ def verify_tree(
     scratch.scatter_(1, torch.where(real, commit_pos, width), torch.where(real, commit_tok, 0))
     new_block = scratch[:, :width].contiguous()
     return accepted_pos, accepted_tokens, num_accepted, new_block, last
+
+
+# The reference backend's implementations of this family (read by spot_kernels.backends).
+KERNELS = {"verify_tree": verify_tree}

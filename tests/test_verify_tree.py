@@ -1,4 +1,7 @@
-"""spot::verify_tree: parallel accept/reject of a drafted tree (docs/ops.md, "Parallel verification")."""
+"""spot::verify_tree: parallel accept/reject of a drafted tree (docs/ops.md, "Parallel verification").
+
+The contract against a recursive brute-force walk on the reference (the oracle), then every other backend against
+the reference."""
 
 import random
 
@@ -8,7 +11,7 @@ from torch.library import opcheck
 
 import spot_kernels
 
-I64 = torch.int64
+from helpers import CUDA_KERNELS, I64, gpu_only, random_tree, random_trees
 
 
 def brute_verify(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
@@ -50,24 +53,6 @@ def check(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
         assert list(zip(out.accepted_pos[r].tolist(), out.accepted_tokens[r].tolist())) == commits + pad, r
         assert out.new_block[r].tolist() == new_block, r
     return out
-
-
-def random_tree(rng, n, width, vocab=5, p_inactive=0.1, p_match=0.7):
-    """A random tree whose drafts often equal the parent's target commit, so deep chains get accepted."""
-    parents = [-1] + [(-1 if rng.random() < p_inactive else rng.randrange(i)) for i in range(1, n)]
-    target_pos = [rng.randrange(-1, width) if rng.random() < 0.15 else rng.randrange(width) for _ in range(n)]
-    target_tok = [rng.randrange(vocab) for _ in range(n)]
-    draft_pos, draft_tok = [], []
-    for i in range(n):
-        par = parents[i]
-        if i > 0 and par >= 0 and target_pos[par] >= 0 and rng.random() < p_match:
-            draft_pos.append(target_pos[par])
-            draft_tok.append(target_tok[par])
-        else:
-            draft_pos.append(rng.randrange(width))
-            draft_tok.append(rng.randrange(vocab))
-    target_tok = [t if p >= 0 else rng.choice([-1, t]) for p, t in zip(target_pos, target_tok)]
-    return parents, draft_pos, draft_tok, target_pos, target_tok
 
 
 def batch(trees, block):
@@ -190,3 +175,53 @@ def test_inactive_nodes_are_not_range_checked():
 def test_unknown_backend():
     with pytest.raises(ValueError, match="backend"):
         spot_kernels.verify_tree(*good(), backend="gpu")
+
+
+# ------------------------------------------------------------------------------- backends against the reference
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_verify_matches_reference(backend):
+    rng = random.Random(0)
+    for n, width, b in ((1, 4, 1), (9, 6, 3), (64, 32, 2), (33, 8, 0), (70, 5, 2)):
+        trees = [random_tree(rng, n, width) for _ in range(b)]
+        args = [torch.tensor([t[i] for t in trees], dtype=I64).reshape(b, n) for i in range(5)]
+        block = torch.randint(0, 9, (b, width))
+        a, r = backend.both("verify_tree", *backend.to(*args, block))
+        for x, y in zip(a, r):
+            assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("batch,nodes,block", [(4, 1, 8), (8, 16, 32), (6, 64, 32), (2, 1000, 64), (1, 3000, 16),
+                                               (0, 5, 4)])
+def test_verify_tree_parity(backend, batch, nodes, block):
+    for seed in range(3):
+        args = random_trees(batch, nodes, block, seed, hit=0.95 if seed == 0 else 0.6, device=backend.device)
+        got, want = backend.run("verify_tree", *args), backend.ref("verify_tree", *args)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+def test_verify_tree_chain_fully_accepted(backend):
+    n, block = 12, 16
+    parents = torch.arange(-1, n - 1)[None]
+    target_pos = torch.arange(n)[None] % block
+    target_tok = torch.arange(n)[None] + 100
+    draft_pos = torch.cat([torch.zeros(1, 1, dtype=I64), target_pos[:, :-1]], 1)
+    draft_tok = torch.cat([torch.zeros(1, 1, dtype=I64), target_tok[:, :-1]], 1)
+    args = backend.to(parents, draft_pos, draft_tok, target_pos, target_tok, torch.zeros(1, block, dtype=I64))
+    got = backend.run("verify_tree", *args)
+    assert got[2].tolist() == [n] and got[4].tolist() == [n - 1]
+    for a, b in zip(got, backend.ref("verify_tree", *args)):
+        assert torch.equal(a, b)
+
+
+@gpu_only
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_verify_tree_at_scale(backend):
+    for batch, nodes, width in ((32, 64, 32), (8, 128, 32), (1, 1, 16)):
+        args = random_trees(batch, nodes, width, seed=nodes, hit=0.8, p_inactive=0.0, vocab=9, device=backend.device)
+        a, r = backend.both("verify_tree", *args)
+        for x, y in zip(a, r):
+            assert torch.equal(x, y)

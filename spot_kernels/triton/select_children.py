@@ -17,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import backends
 from ._common import (NEG_INF, POS_INF, mix32, next_pow2, on_device, precise_log, row_key, seed_key,
                       uniform_from_words)
 
@@ -104,4 +103,5 @@ def select_children(position_logits, masked, path_logprob, stale_topk_probs, sta
     return child_pos, child_logprob, child_tokens
 
 
-backends.register("select_children", "triton", select_children)
+# The triton backend's kernels of this family (read by spot_kernels.backends).
+KERNELS = {"select_children": select_children}

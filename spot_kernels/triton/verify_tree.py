@@ -17,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import backends
 from ._common import next_pow2, on_device
 
 
@@ -104,4 +103,5 @@ def verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens, blo
     return accepted_pos, accepted_tokens, num_accepted, new_block, last_node
 
 
-backends.register("verify_tree", "triton", verify_tree)
+# The triton backend's kernels of this family (read by spot_kernels.backends).
+KERNELS = {"verify_tree": verify_tree}

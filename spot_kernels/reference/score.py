@@ -12,7 +12,6 @@ import torch
 
 from .noise import gumbel_from_words, row_key, words
 
-CONFIDENCE_KINDS = ("prob", "raw_prob", "margin", "neg_entropy")
 _CHUNK_ELEMENTS = 1 << 22
 
 
@@ -201,3 +200,7 @@ def commit_position(conf: torch.Tensor, eligible: torch.Tensor) -> torch.Tensor:
     j = torch.arange(block, dtype=torch.int64, device=conf.device)
     pos = torch.where(eligible & (key == best), j, block).min(dim=-1).values
     return torch.where(pos == block, -1, pos)
+
+
+# The reference backend's implementations of this family (read by spot_kernels.backends).
+KERNELS = {"score": score}

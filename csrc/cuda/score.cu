@@ -172,6 +172,30 @@ __device__ __forceinline__ typename InTraits<I>::acc scaled(typename InTraits<I>
   return tempered ? raw / temperature : raw;  // IEEE division (never a reciprocal multiply), as specified
 }
 
+// The pass over a row's vocabulary chunk [v0, v1) shared by kernels 1 and 2: this thread's entries
+// v = v0 + threadIdx.x + i * kThreads in increasing order, body(v, raw logit in the compute dtype) for each, with the
+// loads issued kUnroll entries ahead of their use.
+template <In I, typename Body>
+__device__ __forceinline__ void for_each_logit(const typename InTraits<I>::storage* __restrict__ x_row, int64_t v0,
+                                               int64_t v1, Body&& body) {
+  using A = typename InTraits<I>::acc;
+  constexpr int kUnroll = 4;
+  for (int64_t base = v0 + threadIdx.x; base < v1; base += kUnroll * kThreads) {
+    A raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = base + u * kThreads;
+      raw[u] = v < v1 ? load_as_acc<I>(x_row, v) : A(0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t v = base + u * kThreads;
+      if (v >= v1) break;
+      body(v, raw[u]);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------- kernel 1
 template <In I, bool NOISE>
 __global__ void __launch_bounds__(kThreads)
@@ -194,42 +218,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 
   Stats<A> st = empty_stats<A>();
-  constexpr int kUnroll = 4;
-  for (int64_t base = v0 + threadIdx.x; base < v1; base += kUnroll * kThreads) {
-    A raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = base + u * kThreads;
-      raw[u] = v < v1 ? load_as_acc<I>(x_row, v) : A(0);
+  for_each_logit<I>(x_row, v0, v1, [&](int64_t v, A raw) {
+    const A x = scaled<I>(raw, NOISE, temperature);
+    if (!(x < inf_of<A>())) {  // NaN or +inf: the row is invalid
+      st.bad = 1;
+      return;
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = base + u * kThreads;
-      if (v >= v1) break;
-      const A x = scaled<I>(raw[u], NOISE, temperature);
-      if (!(x < inf_of<A>())) {  // NaN or +inf: the row is invalid
-        st.bad = 1;
-        continue;
-      }
-      if (want_raw && raw[u] > -inf_of<A>()) {
-        A unused = A(0);
-        softmax_push(st.mr, st.sr, unused, raw[u]);
-      }
-      if (x == -inf_of<A>()) continue;  // probability 0; never the token of a valid row
-      softmax_push(st.m, st.s, st.t, x);
-      A k;
-      if (NOISE) {
-        if (x + max_gumbel < st.best) continue;  // even the largest Gumbel value cannot reach the best key
-        k = x + gumbel_from_word<A>(noise_word(key, v));
-      } else {
-        k = x;
-      }
-      if (k > st.best) {  // strict: this thread visits ids in increasing order, so ties keep the lowest id
-        st.best = k;
-        st.best_id = static_cast<int32_t>(v);
-      }
+    if (want_raw && raw > -inf_of<A>()) {
+      A unused = A(0);
+      softmax_push(st.mr, st.sr, unused, raw);
     }
-  }
+    if (x == -inf_of<A>()) return;  // probability 0; never the token of a valid row
+    softmax_push(st.m, st.s, st.t, x);
+    A k;
+    if (NOISE) {
+      if (x + max_gumbel < st.best) return;  // even the largest Gumbel value cannot reach the best key
+      k = x + gumbel_from_word<A>(noise_word(key, v));
+    } else {
+      k = x;
+    }
+    if (k > st.best) {  // strict: this thread visits ids in increasing order, so ties keep the lowest id
+      st.best = k;
+      st.best_id = static_cast<int32_t>(v);
+    }
+  });
 
   __shared__ Stats<A> warp_stats[kWarps];
   st = warp_reduce_stats(st);
@@ -345,28 +357,16 @@ __global__ void __launch_bounds__(kThreads)
   TopList<A, KP> top;
   top.init();
   A threshold = -inf_of<A>();
-  constexpr int kUnroll = 4;
-  for (int64_t base = v0 + threadIdx.x; base < v1; base += kUnroll * kThreads) {
-    A raw[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = base + u * kThreads;
-      raw[u] = v < v1 ? load_as_acc<I>(x_row, v) : A(0);
+  for_each_logit<I>(x_row, v0, v1, [&](int64_t v, A raw) {
+    const A x = scaled<I>(raw, tempered, temperature);
+    if (x < threshold) return;
+    const A p = dexp(x - m) / sum;  // x = -inf: 0, an ordinary entry
+    if (filtered && !(p < bp || (p == bp && v > bi))) return;  // ranked in an earlier round
+    if (p > top.p[KP - 1]) {
+      top.insert(p, static_cast<int>(v));
+      threshold = skip_threshold(top.p[KP - 1], m, log_sum);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t v = base + u * kThreads;
-      if (v >= v1) break;
-      const A x = scaled<I>(raw[u], tempered, temperature);
-      if (x < threshold) continue;
-      const A p = dexp(x - m) / sum;  // x = -inf: 0, an ordinary entry
-      if (filtered && !(p < bp || (p == bp && v > bi))) continue;  // ranked in an earlier round
-      if (p > top.p[KP - 1]) {
-        top.insert(p, static_cast<int>(v));
-        threshold = skip_threshold(top.p[KP - 1], m, log_sum);
-      }
-    }
-  }
+  });
 
   // Warp merge: `width` rounds of a warp argmax over the lanes' list heads.
   for (int r = 0; r < width; ++r) {
@@ -696,12 +696,5 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> score_cud
 
 }  // namespace
 }  // namespace spot_cuda
-
-TORCH_LIBRARY_FRAGMENT(SPOT_NS, m) {
-  m.def(
-      "_score_cuda(Tensor logits, Tensor masked, int seed, Tensor rows, Tensor block_start, Tensor steps, "
-      "float temperature, str confidence=\"prob\", int top_k=32) -> (Tensor tokens, Tensor confidence, "
-      "Tensor topk_probs, Tensor topk_ids, Tensor commit_pos)");
-}
 
 TORCH_LIBRARY_IMPL(SPOT_NS, SPOT_KEY, m) { m.impl("_score_cuda", &spot_cuda::score_cuda); }

@@ -11,7 +11,7 @@ import math
 import torch
 
 from .noise import gumbel_from_words, row_key, words
-from .scoring import compute_dtype
+from .score import compute_dtype
 
 
 def select_children(
@@ -89,3 +89,7 @@ def _child_tokens(
     best = torch.argmax(value, dim=-1, keepdim=True)  # first maximal index: ties go to the lowest i
     token = ids.gather(-1, best)[..., 0]
     return torch.where(chosen & ok.any(-1), token, -1)
+
+
+# The reference backend's implementations of this family (read by spot_kernels.backends).
+KERNELS = {"select_children": select_children}

@@ -1,4 +1,8 @@
-"""spot::score: coupled Gumbel-max tokens, confidences, top-K, commit position (docs/ops.md, "Fused scoring")."""
+"""spot::score: coupled Gumbel-max tokens, confidences, top-K, commit position (docs/ops.md, "Fused scoring").
+
+The contract against brute force on the reference (the oracle), then every other backend against the reference:
+Triton's tile logic on small shapes, the CUDA kernels (emulated on CPU, or on the GPU), and real-model shapes on
+a GPU."""
 
 import math
 
@@ -7,12 +11,11 @@ import torch
 from torch.library import opcheck
 
 import spot_kernels
-from spot_kernels.reference import scoring as ref_scoring
+from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
+from spot_kernels.reference import score as ref_scoring
 
 import brute
-
-I64 = torch.int64
-KINDS = ("prob", "raw_prob", "margin", "neg_entropy")
+from helpers import CUDA_KERNELS, I64, gpu_only, score_inputs
 
 
 def run(logits, masked=None, seed=0, rows=None, block_start=None, steps=None, temperature=1.0, **kw):
@@ -48,10 +51,10 @@ def check_against_brute(logits, masked, seed, rows, block_start, steps, temperat
     return out
 
 
-@pytest.mark.parametrize("confidence", KINDS)
+@pytest.mark.parametrize("confidence", CONFIDENCE_KINDS)
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0, 2.5])
 def test_random_against_brute_force(confidence, temperature):
-    g = torch.Generator().manual_seed(KINDS.index(confidence) * 100 + int(temperature * 10))
+    g = torch.Generator().manual_seed(CONFIDENCE_KINDS.index(confidence) * 100 + int(temperature * 10))
     n, block, vocab = 3, 5, 23
     logits = torch.randn(n, block, vocab, generator=g, dtype=torch.float64) * 3
     logits[0, 1, 4] = -math.inf  # partial -inf is ordinary
@@ -71,7 +74,7 @@ def test_invalid_rows_and_partial_inf():
     logits[0, 4] = torch.tensor([5.0, 1.0, 0.0, 0.0])
     logits[0, 5] = torch.tensor([-math.inf, -math.inf, -math.inf, 3.0])
     for temperature in (0.0, 0.5):
-        for kind in KINDS:
+        for kind in CONFIDENCE_KINDS:
             out = check_against_brute(logits, torch.ones(1, 6, dtype=torch.bool), 3, torch.zeros(1, dtype=I64),
                                       torch.zeros(1, dtype=I64), torch.zeros(1, dtype=I64), temperature, kind, 4)
             assert out.tokens[0, :3].tolist() == [-1, -1, -1]
@@ -167,7 +170,7 @@ def test_k_larger_than_v_and_v_one():
     assert out.topk_probs[0, 0].sum().item() == pytest.approx(1.0)
     for temperature in (0.0, 1.3):
         one = {kind: run(torch.tensor([[[4.0], [-2.0]]]), temperature=temperature, confidence=kind, top_k=2)
-               for kind in KINDS}
+               for kind in CONFIDENCE_KINDS}
         assert one["prob"].tokens.tolist() == [[0, 0]]
         assert one["prob"].confidence.tolist() == [[1.0, 1.0]]
         assert one["raw_prob"].confidence.tolist() == [[1.0, 1.0]]
@@ -341,7 +344,7 @@ def test_pruned_gumbel_argmax_equals_the_dense_one():
     """The reference hashes noise only for entries that can still win; the token must equal the dense
     argmax(x + g) everywhere: flat and peaked rows, -inf entries, exact ties in x."""
     from spot_kernels.reference.noise import gumbel_from_words, words
-    from spot_kernels.reference.scoring import _gumbel_argmax
+    from spot_kernels.reference.score import _gumbel_argmax
 
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float64):
@@ -353,3 +356,262 @@ def test_pruned_gumbel_argmax_equals_the_dense_one():
             keys = torch.randint(0, 2**32, (64,), generator=gen)
             dense = torch.argmax(x + gumbel_from_words(words(keys[:, None], torch.arange(1001)), dtype), dim=-1)
             assert torch.equal(_gumbel_argmax(x, keys, dtype), dense), (dtype, scale)
+
+
+# ------------------------------------------------------------------------------- backends against the reference
+
+def check_score(backend, logits, masked, rows, block_start, steps, temperature, confidence, top_k, seed=11):
+    """backend.run vs the reference on the backend's device (a Triton tile test: probabilities to atol 1e-7)."""
+    args = backend.to(logits, masked, seed, rows, block_start, steps, temperature, confidence, top_k)
+    got, want = backend.both("score", *args)
+    _assert_score_equal(got, want, probs_atol=1e-7)
+    return ScoreOutput(*got)
+
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+@pytest.mark.parametrize("dtype,temperature,kinds", [(torch.float32, 0.0, CONFIDENCE_KINDS),
+                                                     (torch.float32, 0.7, CONFIDENCE_KINDS),
+                                                     (torch.float16, 1.0, ("prob", "margin"))])
+def test_score_matches_reference(backend, dtype, temperature, kinds, monkeypatch):
+    """Confidence kinds; V = 37 in tiles of 16 (not a multiple); partial -inf; invalid rows; ties."""
+    monkeypatch.setenv("SPOT_TRITON_SCORE_BLOCK", "16")
+    logits, masked, rows, block_start, steps = score_inputs((2, 2), 4, 37, dtype, seed=int(temperature * 10),
+                                                            mask_p=0.6)
+    logits[0, 0, 1, 5:9] = -math.inf  # partial -inf is ordinary
+    logits[0, 1, 0, 3] = math.nan  # invalid rows: NaN, +inf, all -inf
+    logits[0, 1, 2, 30] = math.inf
+    logits[1, 0, 3] = -math.inf
+    logits[1, 1, 1] = torch.tensor([float(v % 5) for v in range(37)], dtype=dtype)  # ties across tiles
+    masked[1, 1] = True
+    for kind in kinds:
+        out = check_score(backend, logits, masked, rows, block_start, steps, temperature, kind, top_k=4)
+    assert (out.tokens[0, 1, [0, 2]] == -1).all() and (out.tokens[1, 0, 3] == -1)
+    if temperature == 0:
+        assert out.tokens[1, 1, 1] == 4 and out.topk_ids[1, 1, 1].tolist() == [4, 9, 14, 19]
+
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_gumbel_bound_table(backend):
+    """The table the scoring kernel filters tiles with bounds every Gumbel value from above, tightly."""
+    from spot_kernels.reference.noise import gumbel_from_words
+    from spot_kernels.triton.score import _gumbel_bounds
+
+    t = torch.arange(1 << 23, dtype=torch.int32)
+    g = gumbel_from_words((8388607 - t).to(I64) << 9, torch.float32)
+    bucket = torch.where(t == 0, 0, (t.to(torch.float32).view(torch.int32) >> 17) - 8127).long()
+    bound = _gumbel_bounds(torch.device("cpu"))[bucket]
+    assert bool((g <= bound).all())
+    assert (bound - g)[g > 0].max().item() < 0.025  # loose only for the smallest values, which never win
+
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_score_many_tiles_at_temperature(backend, monkeypatch):
+    """V = 300 in 19 tiles of 16: most tiles are filtered out by the Gumbel bounds; the tokens stay exact."""
+    monkeypatch.setenv("SPOT_TRITON_SCORE_BLOCK", "16")
+    logits, masked, rows, block_start, steps = score_inputs((2,), 2, 300, torch.float32, seed=8, mask_p=0.6)
+    for temperature in (0.3, 1.0):
+        check_score(backend, logits, masked, rows, block_start, steps, temperature, "prob", top_k=2)
+
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+@pytest.mark.parametrize("temperature", [0.0, 0.5])
+def test_score_shapes_and_edge_cases(backend, temperature):
+    fp32 = torch.float32
+    # no leading dims; K > V (padding); V = 1; top_k = 1
+    logits, masked, rows, block_start, steps = score_inputs((), 3, 11, fp32, seed=1, mask_p=0.6)
+    check_score(backend, logits, masked, rows, block_start, steps, temperature, "margin", top_k=13)
+    check_score(backend, logits[:, :1], masked, rows, block_start, steps, temperature, "margin", top_k=2)
+    check_score(backend, logits, masked, rows, block_start, steps, temperature, "prob", top_k=1)
+    # all masked / none masked / several nodes
+    logits, masked, rows, block_start, steps = score_inputs((3,), 3, 9, fp32, seed=2, mask_p=0.6)
+    masked[0] = True
+    masked[1] = False
+    out = check_score(backend, logits, masked, rows, block_start, steps, temperature, "prob", top_k=3)
+    assert out.commit_pos[1] == -1 and out.commit_pos[0] >= 0
+    # empty batches and B = 0
+    for lead, block in (((0, 3), 4), ((2,), 0)):
+        logits, masked, rows, block_start, steps = score_inputs(lead, block, 5, fp32, seed=3, mask_p=0.6)
+        out = check_score(backend, logits, masked, rows, block_start, steps, temperature, "prob", top_k=2)
+        if block == 0:
+            assert out.commit_pos.tolist() == [-1, -1]
+
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_score_zero_probabilities_and_overflow(backend):
+    """Entries whose probability underflows to exactly 0 tie at 0 and are listed by lowest id, as the reference
+    does; a tiny temperature that overflows x to +inf makes the row invalid."""
+    logits = torch.full((1, 3, 10), -200.0)
+    logits[0, 0, 7] = 0.0  # one entry carries all the mass; the others underflow to 0
+    logits[0, 1, 2] = 5.0
+    logits[0, 1, 6] = 5.0  # a tie for the top, then zeros
+    logits[0, 2] = torch.linspace(-3, 3, 10)
+    z = torch.zeros(1, dtype=I64)
+    for temperature in (0.0, 0.25):
+        out = check_score(backend, logits, torch.ones(1, 3, dtype=torch.bool), z, z, z, temperature, "prob", top_k=4)
+        assert out.topk_ids[0, 0].tolist() == [7, 0, 1, 2]
+        assert out.topk_ids[0, 1].tolist() == [2, 6, 0, 1]
+    big = torch.full((1, 1, 4), 3e38)
+    out = check_score(backend, big, torch.ones(1, 1, dtype=torch.bool), z, z, z, 1e-3, "prob", top_k=2)
+    assert out.tokens.item() == -1 and out.commit_pos.item() == -1
+
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_score_falls_back_to_the_reference(backend):
+    """float64 logits and top_k > 1024 run the reference inside the triton backend (documented)."""
+    logits, masked, rows, block_start, steps = score_inputs((2,), 2, 7, torch.float64, seed=4, mask_p=0.6)
+    check_score(backend, logits, masked, rows, block_start, steps, 0.7, "prob", top_k=3)
+    check_score(backend, logits.float(), masked, rows, block_start, steps, 0.7, "prob", top_k=1025)
+
+
+def _score_args(t, lead, block, vocab, dtype, temperature, kind, top_k, seed=0, scale=3.0, mask_p=0.7):
+    """Every argument of score (random inputs of helpers.score_inputs) on the backend's device."""
+    logits, masked, rows, block_start, steps = score_inputs(lead, block, vocab, dtype, seed, scale, mask_p)
+    return t.to(logits, masked, 12345 + seed, rows, block_start, steps, temperature, kind, top_k)
+
+
+def _assert_score_equal(got, want, probs_atol=2e-6):
+    """A backend's score outputs against the reference's: integers equal, probabilities close."""
+    tokens, conf, probs, ids, commit = got
+    w_tokens, w_conf, w_probs, w_ids, w_commit = want
+    assert [(x.shape, x.dtype, x.device) for x in got] == [(x.shape, x.dtype, x.device) for x in want]
+    assert all(x.is_contiguous() for x in got)
+    assert torch.equal(tokens, w_tokens)
+    assert torch.equal(ids, w_ids)
+    assert torch.equal(commit, w_commit)
+    assert torch.equal(conf.isnan(), w_conf.isnan())
+    tol = dict(rtol=1e-12, atol=1e-14) if conf.dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(conf, w_conf, equal_nan=True, **tol)
+    torch.testing.assert_close(probs, w_probs, **{**tol, "atol": min(tol["atol"], probs_atol)})
+
+
+def _check_score(t, args):
+    _assert_score_equal(t.run("score", *args), t.ref("score", *args))
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("kind", CONFIDENCE_KINDS)
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_score_parity(backend, dtype, temperature, kind):
+    _check_score(backend, _score_args(backend, (3, 2), 8, 300, dtype, temperature, kind, 32,
+                                      seed=int(temperature * 10)))
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("vocab,top_k", [(1, 1), (1, 4), (7, 32), (33, 2), (1000, 1), (1000, 33), (1000, 100),
+                                         (4099, 64), (32000 + 13, 32)])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_score_vocab_and_top_k_sizes(backend, vocab, top_k, temperature):
+    """V not a multiple of any tile, K > 32 (several rounds), K > V (padding), V = 1."""
+    for kind in ("prob", "margin"):
+        _check_score(backend, _score_args(backend, (2,), 3, vocab, torch.float32, temperature, kind, top_k,
+                                         seed=vocab % 97))
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("lead,block,vocab", [((1,), 2, 151936), ((1, 1), 4, 126464), ((2, 40), 1, 3000),
+                                              ((64,), 16, 500)])
+def test_score_few_and_many_rows(backend, lead, block, vocab):
+    """Few rows with a large V split the vocabulary across blocks; many rows do not."""
+    _check_score(backend, _score_args(backend, lead, block, vocab, torch.bfloat16, 1.0, "prob", 32, seed=len(lead)))
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("temperature", [0.0, 0.5])
+@pytest.mark.parametrize("kind", CONFIDENCE_KINDS)
+def test_score_invalid_rows_and_ties(backend, temperature, kind):
+    logits = torch.zeros(1, 8, 6, dtype=torch.float64)
+    logits[0, 0] = torch.tensor([0.0, math.nan, 1.0, 2.0, 0.0, 0.0])
+    logits[0, 1] = -math.inf
+    logits[0, 2] = torch.tensor([0.0, math.inf, 1.0, 2.0, 0.0, 0.0])
+    logits[0, 3] = torch.tensor([-math.inf, 0.0, -math.inf, 0.0, -math.inf, -math.inf])
+    logits[0, 4] = torch.tensor([5.0, 1.0, 0.0, 0.0, 5.0, 1.0])
+    logits[0, 5] = torch.tensor([-math.inf, -math.inf, -math.inf, 3.0, -math.inf, -math.inf])
+    logits[0, 6] = torch.tensor([0.0, 5.0, 5.0, 5.0, 0.0, 5.0])
+    logits[0, 7] = torch.tensor([1000.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # probabilities underflow to exact zeros
+    z = torch.zeros(1, dtype=I64)
+    for dtype in (torch.float64, torch.float32):
+        args = backend.to(logits.to(dtype), torch.ones(1, 8, dtype=torch.bool), 3, z, z, z, temperature, kind, 6)
+        got = backend.run("score", *args)
+        _assert_score_equal(got, backend.ref("score", *args))
+        assert got[0][0, :3].tolist() == [-1, -1, -1]
+        assert (got[3][0, :3] == -1).all() and (got[2][0, :3] == 0).all()
+        masked = torch.zeros(1, 8, dtype=torch.bool)
+        masked[0, :3] = True  # only invalid rows masked: no commit
+        args = backend.to(logits.to(dtype), masked, 3, z, z, z, temperature, kind, 6)
+        assert backend.run("score", *args)[4].tolist() == [-1]
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+def test_score_exact_ties_across_rounds_and_splits(backend):
+    """Many exactly tied logits (rounded, bf16): top-K ties go to the lowest ids in every round and split."""
+    g = torch.Generator().manual_seed(21)
+    z = torch.zeros(1, dtype=I64)
+    for vocab, top_k in [(200, 50), (20000, 80), (3000, 32)]:
+        logits = torch.randn(1, 3, vocab, generator=g).round().to(torch.bfloat16)
+        args = backend.to(logits, torch.ones(1, 3, dtype=torch.bool), 0, z, z, z, 0.5, "prob", top_k)
+        _check_score(backend, args)
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+def test_score_empty_no_lead_and_non_contiguous(backend):
+    for shape in [(0, 4, 10), (2, 0, 10), (3, 0, 2, 5), (4, 9)]:
+        lead = shape[:-2]
+        z = torch.zeros(lead, dtype=I64)
+        args = backend.to(torch.randn(shape), torch.ones(shape[:-1], dtype=torch.bool), 0, z, z + 2, z, 1.0, "prob",
+                          3)
+        got, want = backend.run("score", *args), backend.ref("score", *args)
+        _assert_score_equal(got, want)
+    base = torch.randn(2, 50, 6)
+    z2 = torch.zeros(2, dtype=I64)
+    args = backend.to(base, torch.ones(2, 6, dtype=torch.bool), 5, z2, z2 + 8, torch.tensor(2))
+    logits, masked, seed, rows, block_start, step = args
+    args = (logits.transpose(1, 2), masked, seed, rows, block_start, step.expand(2), 0.8, "neg_entropy", 4)
+    _check_score(backend, args)
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+def test_score_matches_the_float64_reference_on_cpu(backend):
+    args = _score_args(backend, (2, 3), 16, 500, torch.float64, 0.7, "prob", 8, seed=3)
+    got = backend.run("score", *args)
+    want = backend.ref("score", *(a.cpu() if isinstance(a, torch.Tensor) else a for a in args))
+    for a, b in zip(got, want):
+        if a.dtype.is_floating_point:
+            torch.testing.assert_close(a.cpu(), b, rtol=1e-12, atol=1e-14)
+        else:
+            assert torch.equal(a.cpu(), b)
+
+
+@gpu_only
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+@pytest.mark.parametrize("vocab", [151936, 32003])
+def test_score_real_vocab(backend, dtype, temperature, vocab):
+    nodes, block = 4, 16
+    logits = score_inputs((nodes,), block, vocab, dtype, seed=vocab % 97, peaked=True, device=backend.device)[0]
+    logits[0, 3, 17] = math.nan
+    logits[1, 2] = -math.inf
+    masked = torch.rand(nodes, block, device=backend.device) < 0.6
+    rows = torch.arange(nodes, device=backend.device)
+    bstart = torch.full((nodes,), 40, device=backend.device)
+    steps = torch.arange(nodes, device=backend.device) + 1
+    for kind in ("prob", "margin", "neg_entropy"):
+        a, r = backend.both("score", logits, masked, 9, rows, bstart, steps, temperature, kind, 32)
+        assert torch.equal(a[0], r[0]), "tokens"
+        assert torch.equal(a[3], r[3]), "top-K ids"
+        assert torch.equal(a[4], r[4]), "commit positions"
+        torch.testing.assert_close(a[2], r[2], rtol=1e-4, atol=1e-7)
+        torch.testing.assert_close(a[1], r[1], rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+@gpu_only
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_score_random_logits_all_kinds_and_k(backend):
+    logits = torch.randn(3, 8, 50000, device=backend.device, dtype=torch.bfloat16)
+    z = torch.zeros(3, dtype=I64, device=backend.device)
+    masked = torch.ones(3, 8, dtype=torch.bool, device=backend.device)
+    for kind, k, t in (("raw_prob", 32, 0.8), ("prob", 1, 1.0), ("margin", 100, 0.5), ("prob", 7, 0.0)):
+        a, r = backend.both("score", logits, masked, 3, z, z, z, t, kind, k)
+        assert torch.equal(a[0], r[0]) and torch.equal(a[3], r[3]) and torch.equal(a[4], r[4])
+        torch.testing.assert_close(a[2], r[2], rtol=1e-4, atol=1e-7)

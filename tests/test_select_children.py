@@ -1,4 +1,6 @@
-"""spot::select_children: drafted children of frontier nodes (docs/ops.md, "Drafter child selection")."""
+"""spot::select_children: drafted children of frontier nodes (docs/ops.md, "Drafter child selection").
+
+The contract against brute force on the reference (the oracle), then every other backend against the reference."""
 
 import math
 
@@ -9,8 +11,7 @@ from torch.library import opcheck
 import spot_kernels
 
 import brute
-
-I64 = torch.int64
+from helpers import CUDA_KERNELS, I64, children_inputs, gpu_only
 
 
 def brute_children(pos_logits, masked, path_logprob, probs, ids, seed, rows, block_start, steps, temperature, k):
@@ -197,3 +198,75 @@ def test_bad_input(index, value, error, match):
 def test_unknown_backend():
     with pytest.raises(ValueError, match="backend"):
         spot_kernels.select_children(*random_args(12), backend="tpu")
+
+
+# ------------------------------------------------------------------------------- backends against the reference
+
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_select_children_matches_reference(backend, dtype, temperature):
+    g = torch.Generator().manual_seed(int(temperature * 10) + (dtype == torch.float64))
+    frontier, block, top = 5, 6, 4
+    logits = torch.randn(frontier, block, generator=g, dtype=dtype)
+    logits[1, 0] = math.inf  # +inf: those positions share the mass
+    logits[1, 3] = math.inf
+    logits[2, 2] = math.nan  # NaN counts as -inf
+    logits[2, 4] = -math.inf
+    logits[3, 1] = logits[3, 4]  # a tie: lowest position first
+    masked = torch.rand(frontier, block, generator=g) < 0.8
+    masked[4] = False  # nothing eligible
+    path = torch.randn(frontier, generator=g, dtype=dtype)
+    probs = torch.softmax(torch.randn(frontier, block, top, generator=g, dtype=dtype), -1)
+    probs[..., -1] = 0  # prob 0: not eligible
+    ids = torch.randint(-1, 40, (frontier, block, top), generator=g)
+    rows, block_start, steps = torch.arange(frontier), torch.full((frontier,), 8), torch.arange(frontier) + 2
+    for k, stale in ((2, (probs, ids)), (9, (probs[:1].expand(frontier, block, top), ids[:1].expand_as(ids))),
+                     (3, (probs[..., :0], ids[..., :0]))):  # k > B; expanded views; K = 0
+        args = backend.to(logits, masked, path, *stale, 5, rows, block_start, steps, temperature, k)
+        a, r = backend.both("select_children", *args)
+        assert torch.equal(a[0], r[0]) and torch.equal(a[2], r[2])
+        assert a[1].dtype == r[1].dtype
+        torch.testing.assert_close(a[1], r[1])
+    empty = backend.to(logits[:0], masked[:0], path[:0], probs[:0], ids[:0], 5, rows[:0], block_start[:0],
+                      steps[:0], temperature, 2)
+    a, r = backend.both("select_children", *empty)
+    assert all(x.shape == (0, 2) for x in a)
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("pdt,qdt", [(torch.float32, torch.float32), (torch.float64, torch.float64),
+                                     (torch.float32, torch.float64), (torch.float64, torch.float32)])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("frontier,block,top,k", [(5, 16, 32, 4), (3, 32, 8, 40), (2, 40, 0, 3), (0, 8, 4, 2),
+                                                  (7, 70, 5, 6)])
+def test_select_children_parity(backend, frontier, block, top, k, pdt, qdt, temperature):
+    for expand in (False, True):
+        args = children_inputs(frontier, block, top, k, pdt, qdt, temperature, seed=block, expand=expand,
+                               device=backend.device)
+        got, want = backend.run("select_children", *args), backend.ref("select_children", *args)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
+        assert got[1].dtype == want[1].dtype
+        tol = 2e-6 if pdt == torch.float32 else 1e-12
+        torch.testing.assert_close(got[1], want[1], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+def test_select_children_infinite_logits(backend):
+    logits = torch.tensor([[math.inf, 0.0, math.inf, 1.0], [-math.inf, -math.inf, math.nan, -math.inf]])
+    z = torch.zeros(2, dtype=I64)
+    args = backend.to(logits, torch.ones(2, 4, dtype=torch.bool), torch.zeros(2), torch.full((2, 4, 2), 0.5),
+                      torch.ones(2, 4, 2, dtype=I64), 0, z, z, z, 1.0, 5)
+    got, want = backend.run("select_children", *args), backend.ref("select_children", *args)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+@gpu_only
+@pytest.mark.parametrize("backend", ["triton"], indirect=True)
+def test_select_children_at_scale(backend):
+    for temperature in (0.0, 1.0):
+        args = children_inputs(2048, 32, 32, 4, temperature=temperature, vocab=151936, device=backend.device)
+        a, r = backend.both("select_children", *args)
+        assert torch.equal(a[0], r[0]) and torch.equal(a[2], r[2])
+        torch.testing.assert_close(a[1], r[1])

@@ -216,11 +216,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cuda(
 }  // namespace
 }  // namespace spot_cuda
 
-TORCH_LIBRARY_FRAGMENT(SPOT_NS, m) {
-  m.def(
-      "_select_children_cuda(Tensor position_logits, Tensor masked, Tensor path_logprob, Tensor stale_topk_probs, "
-      "Tensor stale_topk_ids, int seed, Tensor rows, Tensor block_start, Tensor steps, float temperature, int k) -> "
-      "(Tensor child_pos, Tensor child_logprob, Tensor child_tokens)");
-}
-
 TORCH_LIBRARY_IMPL(SPOT_NS, SPOT_KEY, m) { m.impl("_select_children_cuda", &spot_cuda::select_children_cuda); }

@@ -1,0 +1,270 @@
+"""Shared test helpers, in one place: the backend targets every family test is parametrized by, the CPU build of the
+CUDA kernels (the SIMT emulation), random inputs of every op, and the CUDA-graph capture harness.
+
+bench/common.py imports the input generators and the capture harness from here, so tests and benchmarks build the
+same inputs.
+
+Backends (the `backend` fixture of tests/conftest.py, parametrized indirectly with these names):
+  - "reference": the pure-PyTorch oracle, on CPU tensors;
+  - "triton": the Triton kernels, on the GPU when there is one, else on CPU tensors in Triton's interpreter
+    (tests/conftest.py sets TRITON_INTERPRET=1);
+  - "cuda-emulation": csrc/cuda/*.cu compiled with g++ under -DSPOT_EMULATE (csrc/cuda/emulate.h) and run by a CPU
+    SIMT emulation on CPU tensors; by default only where no GPU is present (SPOT_TEST_CUDA_EMULATION=1 forces it,
+    =0 skips it). It checks the kernels' logic (indexing, reductions, merges, launch sequences), not speed,
+    registers or the GPU memory model;
+  - "cuda": the compiled CUDA kernels on the GPU.
+A backend that cannot run here is skipped, never passed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+
+import torch
+
+try:
+    import pytest
+except ImportError:  # bench/gpu_bench.py imports the input generators where pytest may be missing
+    pytest = None
+
+import spot_kernels
+from spot_kernels import backends, registry
+from spot_kernels.ops import OPS
+
+I64 = torch.int64
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ON_GPU_DEVICE = torch.cuda.is_available()
+WITH_CUDA = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CUDA", 0))
+ON_GPU = WITH_CUDA and ON_GPU_DEVICE
+DEVICE = torch.device("cuda" if ON_GPU_DEVICE else "cpu")
+BACKENDS = ("reference", "triton", "cuda-emulation", "cuda")
+CUDA_KERNELS = ("cuda-emulation", "cuda")  # the CUDA C++ kernels: on the GPU, or emulated on CPU
+KERNEL_BACKENDS = ("triton",) + CUDA_KERNELS  # every backend held to the reference
+gpu_only = pytest.mark.skipif(not ON_GPU_DEVICE, reason="needs a CUDA GPU") if pytest else None
+
+
+# ------------------------------------------------------------------------------------------------ targets
+
+class Target:
+    """One backend on one device: run(op, *args) calls its kernel of `op` (schema arguments without backend)."""
+
+    def __init__(self, name: str, device, emulated_ops=None):
+        self.name = name
+        self.device = torch.device(device)
+        self.emulated_ops = emulated_ops
+
+    def run(self, op, *args):
+        if self.emulated_ops is not None:
+            return getattr(self.emulated_ops, f"_{op}_cuda")(*args)
+        return getattr(torch.ops.spot, op)(*args, backend=self.name)
+
+    @staticmethod
+    def ref(op, *args):
+        """The reference on the same tensors."""
+        return getattr(torch.ops.spot, op)(*args, backend="reference")
+
+    def both(self, op, *args):
+        """(this backend's output, the reference's output)."""
+        return self.run(op, *args), self.ref(op, *args)
+
+    def to(self, *values):
+        return tuple(v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values)
+
+
+def target(name: str, request) -> Target:
+    """The Target of a backend name, or pytest.skip when it cannot run here."""
+    if name == "reference":
+        return Target("reference", "cpu")
+    if name == "triton":
+        if not backends.triton_importable():
+            pytest.skip("triton is not installed")
+        if DEVICE.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("no GPU and TRITON_INTERPRET is not 1")
+        return Target("triton", DEVICE)
+    if name == "cuda":
+        if not ON_GPU:
+            pytest.skip("needs a CUDA GPU and the CUDA build of spot_kernels._C")
+        return Target("cuda", "cuda")
+    if name == "cuda-emulation":
+        return Target("cuda", "cpu", request.getfixturevalue("cuda_emulation"))
+    raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
+
+
+_emulation_libraries = []
+
+
+def build_cuda_emulation():
+    """torch.ops.spot_emu: every csrc/cuda/<family>.cu built with g++ -DSPOT_EMULATE (or pytest.skip)."""
+    mode = os.environ.get("SPOT_TEST_CUDA_EMULATION", "")
+    if mode == "0":
+        pytest.skip("SPOT_TEST_CUDA_EMULATION=0")
+    if ON_GPU and mode != "1":
+        pytest.skip("the real kernels run on this GPU (SPOT_TEST_CUDA_EMULATION=1 runs the emulation too)")
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler for the emulation build")
+    from torch.utils import cpp_extension
+
+    # The schemas come from the one Python definition, as for the shipped extension (spot_kernels/registry.py).
+    if not hasattr(torch.ops.spot_emu, "_score_cuda"):
+        _emulation_libraries.append(registry.define_schemas(OPS.values(), "spot_emu", public=False))
+    build = os.path.join(ROOT, "build", "cuda_emulation")
+    os.makedirs(build, exist_ok=True)
+    cuda_dir = os.path.join(ROOT, "csrc", "cuda")
+    sources = []
+    for family in sorted({f for f in spot_kernels.ops.FAMILIES.values()}):
+        wrapper = os.path.join(build, f"emu_{family}.cpp")
+        text = f'#include "{os.path.join(cuda_dir, family + ".cu")}"\n'
+        if not os.path.exists(wrapper) or open(wrapper).read() != text:
+            with open(wrapper, "w") as f:
+                f.write(text)
+        sources.append(wrapper)
+    # Headers are not tracked by the build's dependency check: hash them into the extension name.
+    digest = hashlib.sha1()
+    for name in sorted(os.listdir(cuda_dir)):
+        with open(os.path.join(cuda_dir, name), "rb") as f:
+            digest.update(f.read())
+    cpp_extension.load(name=f"spot_cuda_emulation_{digest.hexdigest()[:12]}", sources=sources,
+                       extra_cflags=["-DSPOT_EMULATE", "-O2", "-Wno-unknown-pragmas"], build_directory=build,
+                       is_python_module=False, verbose=False)
+    return torch.ops.spot_emu
+
+
+# ------------------------------------------------------------------------------------------------- inputs
+# Each generator draws with a generator on `device` (seeded: the same values on every run) and returns tensors there.
+
+def _generator(seed, device):
+    """(generator, keyword arguments that draw with it on `device`)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return g, {"generator": g, "device": device}
+
+
+def score_inputs(lead, block, vocab, dtype=torch.float32, seed=0, scale=3.0, mask_p=0.7, peaked=False,
+                 device="cpu"):
+    """(logits [*lead, block, vocab], masked, rows, block_start, steps) for spot::score.
+
+    peaked: rows like a language model's, a few strong candidates over a broad tail (else scale * N(0, 1)).
+    """
+    g, kw = _generator(seed, device)
+    logits = torch.randn(*lead, block, vocab, dtype=torch.float64, **kw) * (2.5 if peaked else scale)
+    if peaked:
+        top = torch.randint(0, vocab, (*lead, block, 4), **kw)
+        logits.scatter_add_(-1, top, 8 + 4 * torch.rand(top.shape, dtype=torch.float64, **kw))
+    masked = torch.rand(*lead, block, **kw) < mask_p
+    rows = torch.randint(0, 1000, lead, **kw)
+    block_start = torch.randint(0, 4096, lead, **kw)
+    steps = torch.randint(0, block + 1, lead, **kw)
+    return logits.to(dtype), masked, rows, block_start, steps
+
+
+def children_inputs(frontier, block, top, k, pdt=torch.float32, qdt=torch.float32, temperature=1.0, seed=0,
+                    expand=False, vocab=32000, device="cpu"):
+    """Every argument of spot::select_children, with NaN / -inf / tied logits, zero and padded stale entries."""
+    g, kw = _generator(seed, device)
+    logits = torch.randn(frontier, block, dtype=torch.float64, **kw).to(pdt)
+    if frontier and block > 3:
+        logits[0, 1] = math.nan
+        logits[0, 2] = -math.inf
+        logits[-1, 0] = logits[-1, 3]  # an exact tie
+    masked = torch.rand(frontier, block, **kw) < 0.7
+    path = torch.randn(frontier, dtype=torch.float64, **kw).to(pdt)
+    probs = torch.softmax(torch.randn(frontier, block, top, dtype=torch.float64, **kw), -1).to(qdt)
+    ids = torch.randint(0, vocab, (frontier, block, top), **kw)
+    if top > 1:
+        ids[..., -1] = -1
+        zero = torch.rand(frontier, block, **kw) < 0.2
+        probs[..., 0] = torch.where(zero, 0.0, probs[..., 0].double()).to(qdt)
+    if expand:
+        probs, ids = probs[:, :, :1].expand(frontier, block, top), ids[:, :1, :].expand(frontier, block, top)
+    rows, bs, steps = (torch.randint(0, 100, (frontier,), **kw) for _ in range(3))
+    return logits, masked, path, probs, ids, 77 + seed, rows, bs, steps, temperature, k
+
+
+def random_tree(rng, n, width, vocab=5, p_inactive=0.1, p_match=0.7):
+    """One row as Python lists, for the brute-force oracle: drafts often equal the parent's target commit, so deep
+    chains get accepted. Returns (parents, draft_pos, draft_tokens, target_pos, target_tokens)."""
+    parents = [-1] + [(-1 if rng.random() < p_inactive else rng.randrange(i)) for i in range(1, n)]
+    target_pos = [rng.randrange(-1, width) if rng.random() < 0.15 else rng.randrange(width) for _ in range(n)]
+    target_tok = [rng.randrange(vocab) for _ in range(n)]
+    draft_pos, draft_tok = [], []
+    for i in range(n):
+        par = parents[i]
+        if i > 0 and par >= 0 and target_pos[par] >= 0 and rng.random() < p_match:
+            draft_pos.append(target_pos[par])
+            draft_tok.append(target_tok[par])
+        else:
+            draft_pos.append(rng.randrange(width))
+            draft_tok.append(rng.randrange(vocab))
+    target_tok = [t if p >= 0 else rng.choice([-1, t]) for p, t in zip(target_pos, target_tok)]
+    return parents, draft_pos, draft_tok, target_pos, target_tok
+
+
+def random_trees(batch, nodes, block, seed=0, hit=0.6, p_inactive=0.05, vocab=50, device="cpu"):
+    """Every argument of spot::verify_tree for `batch` random trees of `nodes` nodes, as tensors: a draft equals its
+    parent's target commit with probability `hit`, else it is a valid position that misses."""
+    g, kw = _generator(seed, device)
+    node = torch.arange(nodes, device=device)
+    parents = (torch.rand(batch, nodes, **kw) * node).long().where(node > 0, -1)
+    parents = torch.where(torch.rand(batch, nodes, **kw) < p_inactive, -1, parents)  # inactive nodes
+    parents[:, 0] = -1
+    target_pos = torch.randint(-1, block, (batch, nodes), **kw)
+    target_tok = torch.randint(0, vocab, (batch, nodes), **kw)
+    parent_pos = target_pos.gather(1, parents.clamp(min=0))
+    hits = (torch.rand(batch, nodes, **kw) < hit) & (parent_pos >= 0)
+    draft_pos = torch.where(hits, parent_pos, (parent_pos + 1) % block)  # always a valid block position
+    draft_tok = target_tok.gather(1, parents.clamp(min=0))
+    block_state = torch.randint(0, vocab, (batch, block), **kw)
+    return parents, draft_pos, draft_tok, target_pos, target_tok, block_state
+
+
+def random_tree_configs(count, seed=0):
+    """(key_start list, prefix_len, num_new, num_nodes, block_size) of random tree-mask layouts."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(count):
+        prefix_len = rng.randint(0, 40)
+        num_new = rng.randint(0, prefix_len)
+        num_nodes = rng.randint(0, 4)
+        block_size = rng.randint(1, 6)
+        b = rng.randint(0, 3)
+        key_start = [rng.randint(0, prefix_len) for _ in range(b)]
+        yield key_start, prefix_len, num_new, num_nodes, block_size
+
+
+def attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype=torch.float64, seed=0, device="cpu"):
+    """(q, k_prefix, v_prefix, k_nodes, v_nodes) of spot::tree_attention, N(0, 1) drawn in float64."""
+    g, kw = _generator(seed, device)
+
+    def rnd(*shape):
+        return torch.randn(*shape, dtype=torch.float64, **kw).to(dtype)
+
+    return (rnd(b, hq, n, block, dim), rnd(b, hkv, prefix, dim), rnd(b, hkv, prefix, dim),
+            rnd(b, hkv, n, block, dim), rnd(b, hkv, n, block, dim))
+
+
+def ragged_key_start(b, prefix, step=5, device="cpu"):
+    """Left padding that differs per row: key_start[r] = (step * r) % (prefix + 1)."""
+    return torch.tensor([(step * r) % (prefix + 1) for r in range(b)], dtype=I64, device=device)
+
+
+# --------------------------------------------------------------------------------------------- CUDA graphs
+
+def capture(fn, calls=1):
+    """Warm `fn` up on a side stream, then capture `calls` calls of it in a CUDA graph: (graph, last outputs).
+
+    The outputs live in the graph's memory: every replay rewrites them from the inputs' current contents.
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()  # compiles the kernels and warms the allocator outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            out = fn()
+    return graph, out
