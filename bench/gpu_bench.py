@@ -171,7 +171,7 @@ def score_shapes():
             ms = bench(fn, rep_ms=40)
             record(op="score", backend=backend, shape=[batch, nodes, block, vocab], temperature=1.0, ms=ms,
                    gb_per_s=nbytes(logits) / ms / 1e6)
-        del logits
+        logits = None  # free this shape's logits before the next is allocated
 
 
 def verify_inputs(batch, nodes, block, seed=0):

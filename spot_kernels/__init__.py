@@ -14,7 +14,7 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 HAS_C_EXTENSION = False
 if os.environ.get("SPOT_NO_EXTENSION", "") != "1":
     try:
-        from . import _C
+        from . import _C  # noqa: F401  (loading it registers the C++ kernels)
 
         HAS_C_EXTENSION = True
     except ImportError as err:

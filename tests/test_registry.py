@@ -535,8 +535,8 @@ def test_opcheck_with_the_triton_backend(backend, op):
 @pytest.mark.parametrize("score_all_nodes", [True, False])
 def test_generate_with_triton_equals_reference(backend, monkeypatch, score_all_nodes):
     """spot.generate on a tiny random float32 model: SPOT_BACKEND=triton gives exactly the reference's tokens, and
-    the model's mask ops run through Triton too (T = 0 is covered op by op in tests/test_<family>.py). Both ways of scoring a tree:
-    every node in one call (as on a GPU) and the accepted chain only (the CPU default)."""
+    the model's mask ops run through Triton too (T = 0 is covered op by op in tests/test_<family>.py). Both ways of
+    scoring a tree: every node in one call (as on a GPU) and the accepted chain only (the CPU default)."""
     from spot.decode import generate
     from test_decode import PROMPTS, sharp_target
 

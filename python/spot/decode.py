@@ -19,14 +19,13 @@ from typing import Callable
 import torch
 
 import spot_kernels
-from spot_kernels.ops import ScoreOutput
+from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .target import Target
 from .tree import Tree, grow_tree
 
 METHODS = ("standard", "confidence", "spot", "oracle")
-CONFIDENCE_KINDS = ("prob", "raw_prob", "margin", "neg_entropy")
 
 
 @dataclass

@@ -29,7 +29,6 @@ def select_children(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Reference for spot::select_children. Arguments are validated by the router; see docs/ops.md."""
     frontier, block = position_logits.shape
-    device = position_logits.device
     dtype = position_logits.dtype
 
     # NaN counts as -inf. Eligible: masked and not -inf.

@@ -11,9 +11,10 @@ several grouped heads and, when BLOCK_M > G * B, several nodes. It streams the s
 tile (from the first tile holding a valid key: ragged key_start), each tile loaded once and used by every query row
 of the program (BLOCK_M rows: with 32/8 heads and B = 32, one node's 4 heads x 32 positions); the programs of one
 kv head read the same prefix, so it comes from HBM about once and from L2 after. Then the node-local keys of the
-nodes its rows belong to (a block-diagonal mask keeps a node from seeing another). One running (max, sum, accumulator) carries across both loops: the log-sum-exp merge of the
-prefix and node-local parts. Scores and the softmax are float32 (float32 inputs multiply in "tf32x3": about
-float32 accuracy on the tensor cores); float64 inputs fall back to the reference.
+nodes its rows belong to (a block-diagonal mask keeps a node from seeing another). One running (max, sum,
+accumulator) carries across both loops: the log-sum-exp merge of the prefix and node-local parts. Scores and the
+softmax are float32 (float32 inputs multiply in "tf32x3": about float32 accuracy on the tensor cores); float64
+inputs fall back to the reference.
 Tile sizes: SPOT_TRITON_ATTN_BLOCK_M / _BLOCK_N / _WARPS / _STAGES override the defaults (for tuning on a GPU).
 """
 
