@@ -202,10 +202,18 @@ class Attention(nn.Module):
             parts.append(F.scaled_dot_product_attention(
                 qh[:, :, :num_new], keys[:, :, :prefix].repeat_interleave(groups, dim=1),
                 values[:, :, :prefix].repeat_interleave(groups, dim=1), attn_mask=mask[:, :, :num_new, :prefix]))
-        nodes = spot_kernels.tree_attention(
-            qh[:, :, num_new:].reshape(b, hq, n, B, hd), keys[:, :, :prefix], values[:, :, :prefix],
-            keys[:, :, prefix:].unflatten(2, (n, B)), values[:, :, prefix:].unflatten(2, (n, B)), tree.key_start)
-        parts.append(nodes.reshape(b, hq, n * B, hd))
+        q_nodes = qh[:, :, num_new:].reshape(b, hq, n, B, hd)
+        k_nodes, v_nodes = keys[:, :, prefix:].unflatten(2, (n, B)), values[:, :, prefix:].unflatten(2, (n, B))
+        padded = n
+        if qh.device.type == "cpu":
+            # The op multiplies the n * B query rows of a head at once: pad with all-zero nodes (they see only
+            # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads.
+            while (padded * B) % LINEAR_ROWS:
+                padded += 1
+            q_nodes, k_nodes, v_nodes = (F.pad(t, (0, 0, 0, 0, 0, padded - n)) for t in (q_nodes, k_nodes, v_nodes))
+        nodes = spot_kernels.tree_attention(q_nodes, keys[:, :, :prefix], values[:, :, :prefix], k_nodes, v_nodes,
+                                            tree.key_start)
+        parts.append(nodes[:, :, :n].reshape(b, hq, n * B, hd))
         return torch.cat(parts, dim=2)
 
 

@@ -48,10 +48,10 @@ class Target(ABC):
     mask_id: int
     eos_id: int | None
     device: torch.device
-    # True when a node's logits are bit-identical whether it is scored alone or beside other nodes (and with any
-    # batch of sequences), which is what makes speculative decoding token-identical to standard decoding
-    # (docs/half_precision.md). A target that cannot promise it leaves this False; decoding it with logits in a
-    # dtype other than float64 then warns once (`warn_if_not_batch_invariant`).
+    # True when a node's logits are bit-identical whether it is scored alone or beside other nodes, which is
+    # what makes speculative decoding token-identical to standard decoding (docs/half_precision.md). A target
+    # that cannot promise it leaves this False; decoding it with logits in a dtype other than float64 then warns
+    # once (`warn_if_not_batch_invariant`).
     batch_invariant: bool = False
 
     @abstractmethod
