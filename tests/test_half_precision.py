@@ -9,6 +9,7 @@ import torch
 
 import spot
 import spot.target
+from spot.loading import embedded_target_available
 from spot.order_model import LearnedDrafter
 from spot.target import ModelTarget
 
@@ -139,3 +140,18 @@ def test_foreign_target_not_declared_invariant_warns_once(monkeypatch, targets):
     assert _warnings_of(targets[torch.bfloat16], runs=1) == []  # the embedded model in half precision
     native = ModelTarget(targets[torch.float16].model, compute_dtype=torch.float16)
     assert len(_warnings_of(native)) == 1  # native half compute: not batch-invariant
+
+
+@pytest.mark.skipif(not embedded_target_available(), reason="no embedded weights in this checkout")
+def test_embedded_target_in_bfloat16_is_exact():
+    """The shipped target and drafter as a GPU user loads them (`load_target(dtype="bfloat16")`): a 32-token
+    root's logits are bit-identical beside 15 other nodes, and `spot` equals `standard` in fewer passes."""
+    target = spot.load_target(dtype="bfloat16")
+    assert target.batch_invariant
+    alone, together = _alone_and_beside(target, [[5, 6, 7, 8, 9], [10, 11]], 32, 16)
+    assert torch.equal(alone, together[:, 0])
+    prompt = [target.tokenizer.encode("def add(a, b):\n")]
+    kw = dict(max_new_tokens=32, block_size=32, temperature=1.0, seed=0)
+    ref = spot.generate(target, prompt, "standard", **kw)
+    out = spot.generate(target, prompt, "spot", drafter=spot.load_drafter(), **kw)
+    assert out.tokens == ref.tokens and out.stats.target_passes < ref.stats.target_passes
