@@ -98,9 +98,11 @@ class ModelTarget(Target):
     """Wraps a `BlockDiffusionLM` (and optionally its tokenizer) as a target.
 
     compute_dtype: the dtype of every pass's activations, reductions and logits. By default float32 for a
-    bfloat16 or float16 model (weights stay in half precision and are cast exactly when used, so on a CPU the
-    passes are batch-invariant and decoding stays exact), else the weights' dtype. Passing the half dtype itself
-    computes natively in it: faster on some hardware, but not batch-invariant (decoding then warns).
+    bfloat16 or float16 model on a CPU (weights stay in half precision and are cast exactly when used, so the
+    passes are batch-invariant and decoding stays exact), else the weights' dtype: on a GPU a half-precision
+    model computes natively, as before, and is not batch-invariant (decoding then warns); float32 there narrows
+    the variation without removing it. Passing the half dtype on a CPU computes natively too (faster on CPUs
+    with bfloat16 matrix units, not batch-invariant).
     """
 
     def __init__(self, model: BlockDiffusionLM, tokenizer=None, *, compute_dtype: torch.dtype | None = None):
@@ -114,7 +116,7 @@ class ModelTarget(Target):
     def compute_dtype(self) -> torch.dtype:
         if self._compute_dtype is not None:
             return self._compute_dtype
-        return torch.float32 if self.dtype in HALF_DTYPES else self.dtype
+        return torch.float32 if self.dtype in HALF_DTYPES and self.device.type == "cpu" else self.dtype
 
     @property
     def batch_invariant(self) -> bool:
