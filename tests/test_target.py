@@ -1,7 +1,9 @@
 """The target contract (docs/design.md §2.1) as the model session implements it, checked in float64."""
 
+import pytest
 import torch
 
+import spot
 from spot.model import BlockDiffusionLM, KVCache
 from tiny import TINY, sharp_target
 
@@ -88,3 +90,53 @@ def test_float32_root_logits_do_not_depend_on_the_tree():
             torch.set_num_threads(saved)
         assert torch.equal(a, t[:, 0]), f"{threads} threads: max diff {(a - t[:, 0]).abs().max()}"
         assert not torch.equal(t[:, 1], t[:, 2])  # the other nodes really are other states
+
+
+def test_cache_grows_by_doubling_and_keeps_its_contents():
+    cache = KVCache(TINY, batch=1, capacity=4, dtype=torch.float64, device="cpu", max_capacity=100)
+    cache.k[0][:, :, :3] = 7.0
+    cache.length = 3
+    cache.reserve(4)
+    assert cache.capacity == 4  # room enough: nothing moves
+    cache.reserve(5)
+    assert cache.capacity == 8 and cache.k[0].shape[2] == 8 and bool((cache.k[0][:, :, :3] == 7.0).all())
+    cache.reserve(60)
+    assert cache.capacity == 60
+    cache.reserve(100)
+    assert cache.capacity == 100  # doubling stops at the session's maximum
+    with pytest.raises(RuntimeError, match="maximum of 100"):
+        cache.reserve(101)
+
+
+def test_session_cache_grows_with_the_prefix_not_max_new_tokens():
+    """A session asked for 10**5 new tokens holds a cache for the positions it has used, and scores exactly as a
+    session sized for the tokens it decodes."""
+    target = sharp_target()
+    big, small = target.start([[4, 5]], 10**5, B), target.start([[4, 5]], 12, B)
+    for i in range(3):
+        block = torch.tensor([[[2, 10 + i, 2, 20 + i]]])
+        assert torch.equal(big.score(block), small.score(block))
+        big.append(block[:, 0])
+        small.append(block[:, 0])
+    assert big.cache.max_capacity == 2 + 10**5 and big.cache.capacity <= 2 * (2 + 3 * B)
+    # decoding through generate, stopped early by end-of-sequence, leaves the cache far below max_new_tokens
+    eos = spot.generate(target, [[4, 5]], max_new_tokens=8, block_size=B, eos_id=None).tokens[0][5]
+    sessions, start = [], target.start
+    target.start = lambda *args: sessions.append(start(*args)) or sessions[-1]
+    out = spot.generate(target, [[4, 5]], "confidence", max_new_tokens=10**5, block_size=B, eos_id=eos)
+    assert out.tokens[0][-1] == eos and len(out.tokens[0]) <= 2 * B
+    assert sessions[0].cache.capacity <= 2 * (2 + 2 * B) < 10**5
+
+
+def test_cache_larger_than_the_limit_is_refused(monkeypatch):
+    target = sharp_target()
+    # TINY in float64: 2 layers x (k, v) x 2 kv heads x 8 dims x 8 bytes = 512 bytes per position and prompt
+    with pytest.raises(ValueError, match="max_new_tokens: .*SPOT_KV_CACHE_LIMIT_GB"):
+        spot.generate(target, [[4, 5]], max_new_tokens=10**9)  # 512 GB > the default 16 GB
+    monkeypatch.setenv("SPOT_KV_CACHE_LIMIT_GB", "0.001")  # 1 MB: 1953 positions
+    target.start([[4, 5]], 1900, B)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        target.start([[4, 5]], 2000, B)
+    monkeypatch.setenv("SPOT_KV_CACHE_LIMIT_GB", "lots")
+    with pytest.raises(ValueError, match="SPOT_KV_CACHE_LIMIT_GB"):
+        target.start([[4, 5]], 8, B)

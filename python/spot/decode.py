@@ -22,7 +22,7 @@ import spot_kernels
 from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
-from .target import Target
+from .target import Target, warn_if_not_batch_invariant
 from .tree import Tree, grow_tree
 
 METHODS = ("standard", "confidence", "spot", "oracle")
@@ -162,6 +162,7 @@ def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Te
         block_start = session.block_start
         t_target = time.perf_counter()
         logits = session.score(tree.states)
+        warn_if_not_batch_invariant(target, logits.dtype)
         logits[..., target.mask_id] = float("-inf")  # committing the mask token would undo a commit
         t_verify = time.perf_counter()
         masked = tree.states == target.mask_id

@@ -3,6 +3,10 @@
 RMSNorm, rotary positions, SwiGLU, grouped-query attention with q/k norms, tied embeddings. The attention mask
 is an argument, so the same module serves inference (a KV-cached causal prefix plus bidirectional blocks, masks
 from `spot_kernels.tree_mask`) and training (the clean/noisy concatenation of block diffusion).
+
+The compute dtype may differ from the weights' dtype (`forward(compute_dtype=...)`): a bfloat16 or float16 model
+is run in float32 from its half-precision weights, each weight cast exactly when it is used, so every row of a
+pass goes through float32 reductions whose order does not depend on the other rows (docs/half_precision.md).
 """
 
 from __future__ import annotations
@@ -62,7 +66,29 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        return self.weight.to(x.dtype) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+# CPU matrix multiplies take another kernel, with another summation order, for a call of few rows (measured with
+# the MKL sgemm of torch 2.14: a row's float32 result differs in the last bits between calls of 1-11 rows and
+# calls of 12 or more), so a node scored alone could differ from the same node scored beside others. Padding every
+# CPU call to a multiple of LINEAR_ROWS rows (zeros, dropped after) keeps every row on the many-row kernel, whose
+# result for a row depends neither on the row's place in the call nor on the other rows.
+LINEAR_ROWS = 16
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x @ weight.T in x's dtype (the weight is cast exactly when its dtype differs): the row-invariant
+    projection every layer of `BlockDiffusionLM` uses."""
+    weight = weight.to(x.dtype)
+    if x.device.type != "cpu":
+        return F.linear(x, weight)
+    rows = x.reshape(-1, x.shape[-1])
+    m = rows.shape[0]
+    padded = max(LINEAR_ROWS, -(-m // LINEAR_ROWS) * LINEAR_ROWS)
+    if padded != m:
+        rows = torch.cat((rows, rows.new_zeros(padded - m, rows.shape[1])))
+    return F.linear(rows, weight)[:m].reshape(*x.shape[:-1], weight.shape[0])
 
 
 def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -84,14 +110,44 @@ class TreeLayout(NamedTuple):
 
 
 class KVCache:
-    """Preallocated per-layer keys/values [b, kv_heads, capacity, head_dim]; `length` keys are valid."""
+    """Per-layer keys/values [b, kv_heads, capacity, head_dim]; `length` keys are valid.
 
-    def __init__(self, cfg: ModelConfig, batch: int, capacity: int, dtype: torch.dtype, device):
-        shape = (batch, cfg.n_kv_heads, capacity, cfg.head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(cfg.n_layers)]
+    The buffers start at `capacity` positions and grow on demand (`reserve`), doubling up to `max_capacity`, so a
+    session asked for many tokens holds memory for the tokens it has actually cached, not for the ones it might.
+    """
+
+    def __init__(self, cfg: ModelConfig, batch: int, capacity: int, dtype: torch.dtype, device,
+                 max_capacity: int | None = None):
+        self.max_capacity = capacity if max_capacity is None else max_capacity
+        if not 0 <= capacity <= self.max_capacity:
+            raise ValueError(f"cache: capacity {capacity} must lie in [0, max_capacity {self.max_capacity}]")
+        self._shape = (batch, cfg.n_kv_heads, cfg.head_dim)
+        self.k = [self._empty(capacity, dtype, device) for _ in range(cfg.n_layers)]
+        self.v = [self._empty(capacity, dtype, device) for _ in range(cfg.n_layers)]
         self.length = 0
         self.capacity = capacity
+
+    def _empty(self, capacity: int, dtype, device) -> torch.Tensor:
+        b, h, d = self._shape
+        return torch.empty((b, h, capacity, d), dtype=dtype, device=device)
+
+    def reserve(self, needed: int) -> None:
+        """Make room for `needed` positions: at least double the capacity (amortised O(1) copying per token),
+        never beyond `max_capacity`. Only the `length` valid positions are copied."""
+        if needed <= self.capacity:
+            return
+        if needed > self.max_capacity:
+            raise RuntimeError(f"cache: {needed} positions exceed the session's maximum of {self.max_capacity}")
+        capacity = min(self.max_capacity, max(needed, 2 * self.capacity))
+        for buffers in (self.k, self.v):
+            for i, old in enumerate(buffers):  # one layer at a time: the peak is one extra layer, not a copy
+                new = self._empty(capacity, old.dtype, old.device)
+                new[:, :, :self.length] = old[:, :, :self.length]
+                buffers[i] = new
+        self.capacity = capacity
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
 class Attention(nn.Module):
@@ -109,14 +165,14 @@ class Attention(nn.Module):
     def forward(self, x, positions, mask, cache: KVCache | None, layer: int, num_new: int, tree=None):
         cfg, (b, q, _) = self.cfg, x.shape
         hd = cfg.head_dim
-        qh = self.q_norm(self.q_proj(x).view(b, q, cfg.n_heads, hd)).transpose(1, 2)
-        kh = self.k_norm(self.k_proj(x).view(b, q, cfg.n_kv_heads, hd)).transpose(1, 2)
-        vh = self.v_proj(x).view(b, q, cfg.n_kv_heads, hd).transpose(1, 2)
+        qh = self.q_norm(linear(x, self.q_proj.weight).view(b, q, cfg.n_heads, hd)).transpose(1, 2)
+        kh = self.k_norm(linear(x, self.k_proj.weight).view(b, q, cfg.n_kv_heads, hd)).transpose(1, 2)
+        vh = linear(x, self.v_proj.weight).view(b, q, cfg.n_kv_heads, hd).transpose(1, 2)
         qh, kh = rotary(qh, positions, cfg.rope_theta), rotary(kh, positions, cfg.rope_theta)
         if cache is not None:
             start = cache.length
-            keys = torch.cat((cache.k[layer][:, :, :start], kh), dim=2)
-            values = torch.cat((cache.v[layer][:, :, :start], vh), dim=2)
+            keys = torch.cat((cache.k[layer][:, :, :start].to(kh.dtype), kh), dim=2)
+            values = torch.cat((cache.v[layer][:, :, :start].to(vh.dtype), vh), dim=2)
             # Only the first `num_new` query tokens (the causal prefix being appended) enter the cache;
             # node tokens are scored and dropped.
             cache.k[layer][:, :, start:start + num_new] = kh[:, :, :num_new]
@@ -129,7 +185,7 @@ class Attention(nn.Module):
             groups = cfg.n_heads // cfg.n_kv_heads
             out = F.scaled_dot_product_attention(qh, keys.repeat_interleave(groups, dim=1),
                                                  values.repeat_interleave(groups, dim=1), attn_mask=mask)
-        return self.o_proj(out.transpose(1, 2).reshape(b, q, cfg.n_heads * hd))
+        return linear(out.transpose(1, 2).reshape(b, q, cfg.n_heads * hd), self.o_proj.weight)
 
 
     def _tree_attention(self, qh, keys, values, mask, tree: "TreeLayout", num_new: int):
@@ -146,10 +202,18 @@ class Attention(nn.Module):
             parts.append(F.scaled_dot_product_attention(
                 qh[:, :, :num_new], keys[:, :, :prefix].repeat_interleave(groups, dim=1),
                 values[:, :, :prefix].repeat_interleave(groups, dim=1), attn_mask=mask[:, :, :num_new, :prefix]))
-        nodes = spot_kernels.tree_attention(
-            qh[:, :, num_new:].reshape(b, hq, n, B, hd), keys[:, :, :prefix], values[:, :, :prefix],
-            keys[:, :, prefix:].unflatten(2, (n, B)), values[:, :, prefix:].unflatten(2, (n, B)), tree.key_start)
-        parts.append(nodes.reshape(b, hq, n * B, hd))
+        q_nodes = qh[:, :, num_new:].reshape(b, hq, n, B, hd)
+        k_nodes, v_nodes = keys[:, :, prefix:].unflatten(2, (n, B)), values[:, :, prefix:].unflatten(2, (n, B))
+        padded = n
+        if qh.device.type == "cpu":
+            # The op multiplies the n * B query rows of a head at once: pad with all-zero nodes (they see only
+            # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads.
+            while (padded * B) % LINEAR_ROWS:
+                padded += 1
+            q_nodes, k_nodes, v_nodes = (F.pad(t, (0, 0, 0, 0, 0, padded - n)) for t in (q_nodes, k_nodes, v_nodes))
+        nodes = spot_kernels.tree_attention(q_nodes, keys[:, :, :prefix], values[:, :, :prefix], k_nodes, v_nodes,
+                                            tree.key_start)
+        parts.append(nodes[:, :, :n].reshape(b, hq, n * B, hd))
         return torch.cat(parts, dim=2)
 
 
@@ -161,7 +225,7 @@ class MLP(nn.Module):
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
     def forward(self, x):
-        return self.down(F.silu(self.gate(x)) * self.up(x))
+        return linear(F.silu(linear(x, self.gate.weight)) * linear(x, self.up.weight), self.down.weight)
 
 
 class Layer(nn.Module):
@@ -195,23 +259,28 @@ class BlockDiffusionLM(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
 
     def forward(self, input_ids, positions, mask, cache: KVCache | None = None, num_new: int = 0,
-                logits_from: int = 0, tree: TreeLayout | None = None):
+                logits_from: int = 0, tree: TreeLayout | None = None, compute_dtype: torch.dtype | None = None):
         """input_ids, positions [b, q]; mask bool [b, 1, q, cache.length + q] (True = attend).
 
         tree: when the last q - num_new tokens are `tree.num_nodes` copies of a block (a verification pass),
         they attend through the shared-prefix tree attention instead of the dense mask (same result; only the
         mask rows of the first `num_new` tokens are read).
 
-        With a cache, the first `num_new` tokens are written to it after the pass. Returns logits
-        [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens).
+        With a cache, the first `num_new` tokens are written to it after the pass (in the cache's dtype). Returns
+        logits [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens) in `compute_dtype`, the
+        dtype of every activation and reduction (default: the weights' dtype; weights are cast exactly on use).
         """
         x = self.embed(input_ids)
+        if compute_dtype is not None:
+            x = x.to(compute_dtype)
+        if cache is not None:
+            cache.reserve(cache.length + num_new)
         for i, layer in enumerate(self.layers):
             x = layer(x, positions, mask, cache, i, num_new, tree)
         if cache is not None:
             cache.length += num_new
         x = self.norm(x[:, logits_from:])
-        return F.linear(x, self.embed.weight)
+        return linear(x, self.embed.weight)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

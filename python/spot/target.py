@@ -8,6 +8,8 @@ so prefill and appends cost no extra passes for any method.
 
 from __future__ import annotations
 
+import os
+import warnings
 from abc import ABC, abstractmethod
 
 import torch
@@ -46,20 +48,82 @@ class Target(ABC):
     mask_id: int
     eos_id: int | None
     device: torch.device
+    # True when a node's logits are bit-identical whether it is scored alone or beside other nodes, which is
+    # what makes speculative decoding token-identical to standard decoding (docs/half_precision.md). A target
+    # that cannot promise it leaves this False; decoding it with logits in a dtype other than float64 then warns
+    # once (`warn_if_not_batch_invariant`).
+    batch_invariant: bool = False
 
     @abstractmethod
     def start(self, prompts: list[list[int]], max_new_tokens: int, block_size: int) -> Session:
         """Open a session whose prefix holds the prompts (prefilled inside the first pass)."""
 
 
-class ModelTarget(Target):
-    """Wraps a `BlockDiffusionLM` (and optionally its tokenizer) as a target."""
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+# The KV cache of one session may grow to at most this many GB (decimal); a session whose prompts plus
+# `max_new_tokens` could need more is refused before anything is allocated. Override with the environment
+# variable SPOT_KV_CACHE_LIMIT_GB (read when a session starts).
+KV_CACHE_LIMIT_GB = 16.0
 
-    def __init__(self, model: BlockDiffusionLM, tokenizer=None):
+
+def kv_cache_limit_bytes() -> int:
+    value = os.environ.get("SPOT_KV_CACHE_LIMIT_GB")
+    try:
+        gb = KV_CACHE_LIMIT_GB if value is None else float(value)
+    except ValueError:
+        raise ValueError(f"SPOT_KV_CACHE_LIMIT_GB: expected a number of GB, got {value!r}") from None
+    return int(gb * 1e9)
+
+
+_warned: set = set()
+
+
+def warn_if_not_batch_invariant(target: Target, logits_dtype: torch.dtype) -> None:
+    """Warn once per (target class, dtype) when decoding a target that does not declare `batch_invariant` with
+    logits coarser than float64: its node logits may change in the last bits with the other nodes of the pass, so
+    `spot` / `confidence` tokens may then differ from `standard` at near-ties (docs/half_precision.md)."""
+    if getattr(target, "batch_invariant", False) or logits_dtype == torch.float64:
+        return
+    key = (type(target), logits_dtype)
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(f"{type(target).__name__} does not declare batch_invariant = True and scores in {logits_dtype}: "
+                  "a node's logits may differ in the last bits between a pass over one node and a pass over many, "
+                  "so speculative decoding is exact only up to such near-ties (docs/half_precision.md)",
+                  UserWarning, stacklevel=2)
+
+
+class ModelTarget(Target):
+    """Wraps a `BlockDiffusionLM` (and optionally its tokenizer) as a target.
+
+    compute_dtype: the dtype of every pass's activations, reductions and logits. By default float32 for a
+    bfloat16 or float16 model on a CPU (weights stay in half precision and are cast exactly when used, so the
+    passes are batch-invariant and decoding stays exact), else the weights' dtype: on a GPU a half-precision
+    model computes natively, as before, and is not batch-invariant (decoding then warns); float32 there narrows
+    the variation without removing it. Passing the half dtype on a CPU computes natively too (faster on CPUs
+    with bfloat16 matrix units, not batch-invariant).
+    """
+
+    def __init__(self, model: BlockDiffusionLM, tokenizer=None, *, compute_dtype: torch.dtype | None = None):
         self.model = model.eval()
         self.tokenizer = tokenizer
         cfg = model.cfg
         self.vocab_size, self.mask_id, self.eos_id, self.pad_id = cfg.vocab_size, cfg.mask_id, cfg.eos_id, cfg.pad_id
+        self._compute_dtype = compute_dtype
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        if self._compute_dtype is not None:
+            return self._compute_dtype
+        return torch.float32 if self.dtype in HALF_DTYPES and self.device.type == "cpu" else self.dtype
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Verified on CPU for float32/float64 compute (every half-precision model by default): row-invariant
+        projections (`model.linear`), per-row norms and the per-node `tree_attention`. Not claimed on GPUs, whose
+        matrix-multiply kernels may change with the number of rows."""
+        return self.device.type == "cpu" and self.compute_dtype in (torch.float32, torch.float64)
 
     @property
     def device(self) -> torch.device:
@@ -86,7 +150,17 @@ class ModelSession(Session):
         self.pending = pending.to(device)
         self.key_start = torch.tensor([width - len(p) for p in prompts], dtype=torch.long, device=device)
         blocks = -(-max_new_tokens // block_size)
-        self.cache = KVCache(target.model.cfg, self.batch, width + blocks * block_size, target.dtype, device)
+        cfg, dtype = target.model.cfg, target.compute_dtype
+        most = width + blocks * block_size  # cached positions if no row stops early
+        per_position = 2 * cfg.n_layers * self.batch * cfg.n_kv_heads * cfg.head_dim * dtype.itemsize
+        limit = kv_cache_limit_bytes()
+        if most * per_position > limit:
+            raise ValueError(
+                f"max_new_tokens: {max_new_tokens} new tokens for {self.batch} prompt(s) could need "
+                f"{most * per_position / 1e9:.3g} GB of KV cache, above the limit of {limit / 1e9:.3g} GB; lower "
+                "max_new_tokens or the batch, or raise SPOT_KV_CACHE_LIMIT_GB")
+        # The cache grows block by block (doubling) as the prefix does, up to `most` positions.
+        self.cache = KVCache(cfg, self.batch, min(most, width + block_size), dtype, device, max_capacity=most)
 
     @property
     def block_start(self) -> torch.Tensor:
@@ -97,14 +171,14 @@ class ModelSession(Session):
         b, n, B = nodes.shape
         num_new = self.pending.shape[1]
         prefix_len = self.cache.length + num_new
-        if prefix_len > self.cache.capacity:
-            raise RuntimeError(f"session: cache capacity {self.cache.capacity} exceeded ({prefix_len})")
+        if prefix_len > self.cache.max_capacity:
+            raise RuntimeError(f"session: cache capacity {self.cache.max_capacity} exceeded ({prefix_len})")
         shape = dict(prefix_len=prefix_len, num_new=num_new, num_nodes=n, block_size=B)
         mask = spot_kernels.tree_mask(self.key_start, **shape)
         positions = spot_kernels.tree_position_ids(self.key_start, **shape)
         ids = torch.cat((self.pending, nodes.reshape(b, n * B)), dim=1)
         logits = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
-                                   tree=TreeLayout(self.key_start, n, B))
+                                   tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype)
         self.pending = self.pending[:, :0]
         self.passes += 1
         return logits.view(b, n, B, -1)
