@@ -181,7 +181,8 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
 
     name: "default" (the embedded trained model shipped in the package), "random" (random weights from `seed`,
     shaped by `config`, for tests and benchmarks), or a directory holding target.safetensors + target.json.
-    dtype: "float32" (default), "float64" (exactness tests) or "bfloat16" (GPU).
+    dtype: "float32" (default), "float64" (exactness tests), "bfloat16" or "float16" (on CPU computed in float32
+    from the half weights, docs/half_precision.md).
     """
     if isinstance(dtype, str):
         if dtype not in DTYPES:
