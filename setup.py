@@ -1,4 +1,5 @@
-"""Build the `spot_kernels._C` extension: op schemas (csrc/*.cpp), plus CUDA kernels (csrc/cuda/*.cu) when possible.
+"""Build the `spot_kernels._C` extension: op schemas (csrc/*.cpp), CPU kernels (csrc/cpu/*.cpp), plus CUDA kernels
+(csrc/cuda/*.cu) when possible.
 
 CUDA is built when nvcc is found, torch is a CUDA build and SPOT_BUILD_CUDA is not "0"; otherwise a CPU-only
 extension is built. Environment switches:
@@ -13,6 +14,7 @@ import glob
 import os
 import re
 import shutil
+import sys
 
 from setuptools import find_packages, setup
 
@@ -66,8 +68,15 @@ def _extension():
     os.environ.setdefault("MAX_JOBS", "2")  # two cores here; nvcc jobs are memory hungry
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
-    sources = sorted(glob.glob("csrc/*.cpp"))
+    # csrc/cpu/*.cpp: the CPU kernels (backend="cpu"), built in every configuration. OpenMP because at::parallel_for
+    # is a header template: without -fopenmp its `#pragma omp parallel` is ignored and the kernels run on one thread.
+    # No -march: the extension must run on any x86-64 / aarch64 CPU, so vectorisation is what the baseline ISA allows.
+    sources = sorted(glob.glob("csrc/*.cpp")) + sorted(glob.glob("csrc/cpu/*.cpp"))
     cxx = ["-O3"]
+    link = []
+    if sys.platform.startswith("linux"):
+        cxx.append("-fopenmp")
+        link.append("-fopenmp")
     if build_cuda:
         os.environ["TORCH_CUDA_ARCH_LIST"] = os.environ.get("SPOT_CUDA_ARCH_LIST", "8.0;9.0")
         cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
@@ -76,10 +85,11 @@ def _extension():
             sources + cuda_sources,
             define_macros=[("SPOT_WITH_CUDA", "1")],
             extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "--expt-relaxed-constexpr", "-lineinfo"]},
+            extra_link_args=link,
         )
         print(f"spot-kernels: building spot_kernels._C WITH CUDA ({len(cuda_sources)} .cu files; {why})")
     else:
-        ext = CppExtension("spot_kernels._C", sources, extra_compile_args={"cxx": cxx})
+        ext = CppExtension("spot_kernels._C", sources, extra_compile_args={"cxx": cxx}, extra_link_args=link)
         print(f"spot-kernels: building spot_kernels._C WITHOUT CUDA ({why})")
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 

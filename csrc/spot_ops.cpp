@@ -1,8 +1,9 @@
 // The module init of `spot_kernels._C` (the pattern of pytorch/extension-cpp): importing the module loads this
-// library, whose static initialisers run the TORCH_LIBRARY_IMPL registrations of csrc/cuda/<family>.cu.
+// library, whose static initialisers run the TORCH_LIBRARY_IMPL registrations of csrc/cpu/<family>.cpp (always
+// built) and csrc/cuda/<family>.cu (when CUDA is).
 //
 // No op schema is written in C++: every `torch.ops.spot.*` schema, public (`spot::<op>`) and private
-// (`spot::_<op>_cuda`: the public schema without `backend`), is defined once, in Python, by
+// (`spot::_<op>_cpu`, `spot::_<op>_cuda`: the public schema without `backend`), is defined once, in Python, by
 // spot_kernels/registry.py from the `SCHEMAS` of spot_kernels/ops/<family>.py. The dispatcher accepts an impl
 // registered before its schema and checks the kernel's inferred signature against the schema when the definition
 // arrives (tests/test_registry.py covers both). The public ops are implemented by the Python router
@@ -16,12 +17,13 @@
 #endif
 
 extern "C" {
-// A minimal module. WITH_CUDA tells spot_kernels.backends whether csrc/cuda/*.cu were compiled in.
+// A minimal module. WITH_CPU / WITH_CUDA tell spot_kernels.backends which kernel folders were compiled in.
 PyObject* PyInit__C(void) {
-  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "CUDA kernels of the torch.ops.spot ops",
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", "C++ CPU and CUDA kernels of the torch.ops.spot ops",
                                           -1, nullptr};
   PyObject* module = PyModule_Create(&module_def);
-  if (module != nullptr && PyModule_AddIntConstant(module, "WITH_CUDA", SPOT_WITH_CUDA) != 0) {
+  if (module != nullptr && (PyModule_AddIntConstant(module, "WITH_CPU", 1) != 0 ||
+                            PyModule_AddIntConstant(module, "WITH_CUDA", SPOT_WITH_CUDA) != 0)) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -6,9 +6,9 @@ family, read once, on first use, by `kernels(backend, family)`:
   - "reference", "triton": Python packages with one module per family, `spot_kernels.<backend>.<family>`, each
     ending with `KERNELS = {op: function}` (the Triton modules are imported only when first needed, so that Triton
     is never imported for CPU-only work);
-  - "cuda": the compiled extension `spot_kernels._C`; csrc/cuda/<family>.cu registers a kernel for the private op
-    `spot::_X_cuda` under the CUDA dispatch key, and the family's table lists the private ops that have one.
-    A C++ ATen CPU backend would be one more entry of EXTENSION_BACKENDS ({"cpu": "CPU"}) with its .cpp files.
+  - "cpu", "cuda": the compiled extension `spot_kernels._C`; csrc/cpu/<family>.cpp (built on every machine) and
+    csrc/cuda/<family>.cu (built where CUDA is) register a kernel for the private op `spot::_X_cpu` / `_X_cuda`
+    under the CPU / CUDA dispatch key, and the family's table lists the private ops that have one.
 So adding a kernel means adding its file (and its table entry) only.
 """
 
@@ -21,13 +21,15 @@ from typing import Callable
 
 import torch
 
-BACKENDS = ("reference", "triton", "cuda")
+BACKENDS = ("reference", "triton", "cuda", "cpu")
 _CHOICES = ("auto",) + BACKENDS
 # Backends written in Python: the package holding their family modules.
 MODULE_BACKENDS = {"reference": "spot_kernels.reference", "triton": "spot_kernels.triton"}
 # Backends compiled into spot_kernels._C: the dispatch key their private ops `_<op>_<backend>` are registered under.
-EXTENSION_BACKENDS = {"cuda": "CUDA"}
-_AUTO_ORDER = ("cuda", "triton", "reference")  # for CUDA tensors; any other device gets the reference
+EXTENSION_BACKENDS = {"cuda": "CUDA", "cpu": "CPU"}
+# What "auto" tries, in order, per device type; any other device gets the reference.
+_AUTO_ORDER = {"cuda": ("cuda", "triton", "reference"), "cpu": ("cpu", "reference")}
+_PREFERENCE = ("cuda", "triton", "cpu", "reference")  # the order available_backends lists them in
 
 _tables: dict[tuple[str, str], dict[str, Callable]] = {}
 
@@ -135,17 +137,21 @@ def resolve(op: str, device: torch.device, backend: str = "auto") -> Callable:
     """The implementation of `spot::<op>` for tensors on `device`.
 
     An explicit backend (argument, else SPOT_BACKEND) must be able to run the call or BackendUnavailable is raised.
-    "auto" takes, for CUDA tensors, the first of cuda, triton, reference that has a kernel for this op; for any
-    other device the reference.
+    "auto" takes, for CUDA tensors, the first of cuda, triton, reference that has a kernel for this op; for CPU
+    tensors cpu (the C++ kernels of csrc/cpu/) where it has one, else the reference; for any other device the
+    reference. SPOT_BACKEND=cpu covers the ops the cpu backend has no kernel for (tree masks, attention) with the
+    reference, itself a CPU implementation, so that a whole decode can run under it; an explicit backend="cpu"
+    argument for such an op raises.
     """
     name, source = requested_backend(backend)
     if name != "auto":
         fn, reason = _kernel(op, name, device)
+        if fn is None and name == "cpu" and source == "SPOT_BACKEND" and not _unavailable("cpu", device):
+            fn = kernels("reference", _families()[op]).get(op)
         if fn is None:
             raise BackendUnavailable(f"{reason} (requested by {source})")
         return fn
-    candidates = _AUTO_ORDER if device.type == "cuda" else ("reference",)
-    for candidate in candidates:
+    for candidate in _AUTO_ORDER.get(device.type, ("reference",)):
         fn, _ = _kernel(op, candidate, device)
         if fn is not None:
             return fn
@@ -168,4 +174,4 @@ def available_backends(op: str | None = None, device: str | torch.device | None 
     for name in ops:
         if name not in families:
             raise ValueError(f"available_backends: unknown op {name!r}; expected one of {sorted(families)}")
-    return [b for b in _AUTO_ORDER if any(_kernel(o, b, device)[0] for o in ops)]
+    return [b for b in _PREFERENCE if any(_kernel(o, b, device)[0] for o in ops)]

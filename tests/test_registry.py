@@ -28,6 +28,9 @@ from samples import sample_args
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 OPS = list(SCHEMAS)
 PUBLIC_OPS = OPS + ["tree_mask_mod"]
+# Ops with a C++ CPU kernel (csrc/cpu/), which "auto" takes for CPU tensors when the extension is loaded.
+CPU_KERNEL_OPS = ({"noise_uniform", "score", "select_children", "verify_tree"}
+                  if spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CPU", 0) else set())
 CUDA_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
 needs_cuda_build = pytest.mark.skipif(not WITH_CUDA, reason="spot_kernels._C was built without CUDA")
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU and the CUDA build of spot_kernels._C")
@@ -268,7 +271,9 @@ def test_registered_triton_kernel_is_routed(monkeypatch):
     spot_kernels.tree_mask(*args)
     assert len(calls) == 2
     assert spot_kernels.available_backends("tree_mask", "cpu") == ["triton", "reference"]
-    assert spot_kernels.available_backends("score", "cpu") == ["triton", "reference"]  # spot_kernels/triton/
+    # spot_kernels/triton/, and csrc/cpu/ when built
+    assert spot_kernels.available_backends("score", "cpu") == ["triton"] + ["cpu"] * bool(CPU_KERNEL_OPS) + \
+        ["reference"]
 
 
 def test_cuda_reasons(monkeypatch):
@@ -323,9 +328,9 @@ def test_registry_rejects_unknown_names():
 
 def test_available_backends_on_cpu(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert spot_kernels.available_backends(device="cpu") == ["reference"]
+    assert spot_kernels.available_backends(device="cpu") == ["cpu"] * bool(CPU_KERNEL_OPS) + ["reference"]
     for op in OPS:
-        assert spot_kernels.available_backends(op, "cpu") == ["reference"]
+        assert spot_kernels.available_backends(op, "cpu") == ["cpu"] * (op in CPU_KERNEL_OPS) + ["reference"]
 
 
 def test_value_checks_gating(monkeypatch):
@@ -355,12 +360,20 @@ def test_ops_work_without_the_extension(tmp_path):
     assert json.loads(result.stdout.strip().replace("'", '"')) == ["reference"]
     theirs = torch.load(out_file, weights_only=True)
     for op in OPS:
-        mine = getattr(torch.ops.spot, op)(*sample_args(op))
+        mine = getattr(torch.ops.spot, op)(*sample_args(op), backend="reference")
         mine = mine if isinstance(mine, tuple) else (mine,)
         other = theirs[op] if isinstance(theirs[op], tuple) else (theirs[op],)
         assert len(mine) == len(other)
         for a, b in zip(mine, other):
             assert torch.equal(a, b), op
+        # "auto" here may take a C++ CPU kernel (csrc/cpu/): the same integers and noise, floats to rounding
+        auto = getattr(torch.ops.spot, op)(*sample_args(op))
+        auto = auto if isinstance(auto, tuple) else (auto,)
+        for a, b in zip(auto, other):
+            if a.is_floating_point() and op in CPU_KERNEL_OPS and op != "noise_uniform":
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, equal_nan=True, msg=op)
+            else:
+                assert torch.equal(a, b), op
 
 
 def test_ops_trace_under_torch_compile():

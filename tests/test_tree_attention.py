@@ -205,6 +205,9 @@ def test_mask_mod_bad_input():
 
 def test_unknown_backend():
     with pytest.raises(ValueError, match="backend"):
+        spot_kernels.tree_mask(torch.tensor([0]), 4, 1, 1, 2, backend="gpu")
+    # "cpu" is a backend name (csrc/cpu/), but it has no tree_mask kernel
+    with pytest.raises(spot_kernels.BackendUnavailable, match="cpu backend"):
         spot_kernels.tree_mask(torch.tensor([0]), 4, 1, 1, 2, backend="cpu")
 
 

@@ -1,0 +1,107 @@
+"""CPU backend (csrc/cpu/, backend="cpu") against the reference on the decoder's shapes, on one thread.
+
+    python -m pytest bench/bench_cpu.py --benchmark-only       # pytest-benchmark table (ratios: compare rows)
+    python bench/bench_cpu.py                                   # medians and cpu/reference ratios from one run
+
+Shapes (issue 20): score at T = 1 and T = 0 for 8 nodes x 32 positions x V = 32,000 float32 logits (goal: cpu at
+least 20x faster than the reference at T = 1), one 151,936-entry row (goal: at most 1 ms), noise_uniform for the
+same 8 x 32 x 32,000 words, select_children for 64 frontier nodes x B = 32 x K = 32, verify_tree for 32 rows x 8
+nodes. One intra-op thread (torch.set_num_threads(1)) so that the numbers do not depend on the machine's load
+balance; SPOT_BENCH_THREADS=n changes that.
+"""
+
+import os
+import statistics
+import time
+
+import pytest
+import torch
+
+import spot_kernels
+
+I64 = torch.int64
+THREADS = int(os.environ.get("SPOT_BENCH_THREADS", "1"))
+torch.set_num_threads(THREADS)
+
+
+def _score_args(nodes, block, vocab, temperature):
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(nodes, block, vocab, generator=g)
+    masked = torch.rand(nodes, block, generator=g) < 0.5
+    lead = torch.arange(nodes, dtype=I64)
+    return (logits, masked, 0, lead, lead, lead, temperature, "prob", 32)
+
+
+def _noise_args(nodes, block, vocab):
+    rows = torch.arange(nodes, dtype=I64)[:, None, None]
+    positions = torch.arange(block, dtype=I64)[None, :, None]
+    return (0, rows, positions, torch.tensor(3), torch.arange(vocab, dtype=I64))
+
+
+def _children_args(frontier, block, top, k):
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(frontier, block, top, generator=g), -1).sort(-1, descending=True).values
+    return (torch.randn(frontier, block, generator=g), torch.rand(frontier, block, generator=g) < 0.7,
+            torch.zeros(frontier), probs, torch.randint(0, 32000, (frontier, block, top), generator=g), 0,
+            torch.arange(frontier), torch.zeros(frontier, dtype=I64), torch.ones(frontier, dtype=I64), 1.0, k)
+
+
+def _verify_args(b, n, width):
+    g = torch.Generator().manual_seed(0)
+    parents = torch.cat([torch.full((b, 1), -1), torch.arange(n - 1).expand(b, n - 1)], dim=1)  # a chain
+    target_pos = torch.randint(0, width, (b, n), generator=g)
+    target_tokens = torch.randint(0, 100, (b, n), generator=g)
+    draft_pos = torch.cat([target_pos[:, :1], target_pos[:, :-1]], dim=1)
+    draft_tokens = torch.cat([target_tokens[:, :1], target_tokens[:, :-1]], dim=1)
+    return (parents, draft_pos, draft_tokens, target_pos, target_tokens, torch.zeros(b, width, dtype=I64))
+
+
+CASES = {
+    "score-T1-8x32x32000": ("score", lambda: _score_args(8, 32, 32000, 1.0)),
+    "score-T0-8x32x32000": ("score", lambda: _score_args(8, 32, 32000, 0.0)),
+    "score-T1-1x1x151936": ("score", lambda: _score_args(1, 1, 151936, 1.0)),
+    "score-T0-1x1x151936": ("score", lambda: _score_args(1, 1, 151936, 0.0)),
+    "noise-8x32x32000": ("noise_uniform", lambda: _noise_args(8, 32, 32000)),
+    "select_children-F64-B32-K32-k4": ("select_children", lambda: _children_args(64, 32, 32, 4)),
+    "verify_tree-b32-N8-B32": ("verify_tree", lambda: _verify_args(32, 8, 32)),
+}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_cpu_backend(benchmark, case, backend):
+    op, make = CASES[case]
+    if backend not in spot_kernels.available_backends(op, "cpu"):
+        pytest.skip(f"{backend} has no kernel for spot::{op} on cpu (is spot_kernels._C built?)")
+    args = make()
+    fn = getattr(torch.ops.spot, op)
+    fn(*args, backend=backend)  # warm-up
+    benchmark.extra_info.update(op=op, backend=backend, threads=THREADS)
+    benchmark(lambda: fn(*args, backend=backend))
+
+
+def _median(fn, min_time=1.0, min_runs=5):
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < min_time:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+        if len(times) >= 200:
+            break
+    return statistics.median(times)
+
+
+def main():
+    print(f"torch {torch.__version__}, {THREADS} thread(s); medians, cpu vs reference in the same process")
+    for case, (op, make) in CASES.items():
+        args = make()
+        fn = getattr(torch.ops.spot, op)
+        cpu = _median(lambda: fn(*args, backend="cpu"))
+        ref = _median(lambda: fn(*args, backend="reference"), min_runs=3)
+        print(f"{case:34s} cpu {cpu * 1e3:9.3f} ms   reference {ref * 1e3:9.3f} ms   ratio {ref / cpu:7.1f}x")
+
+
+if __name__ == "__main__":
+    main()
