@@ -8,7 +8,7 @@ DEPS   := torch numpy safetensors tokenizers tqdm pytest pytest-benchmark ninja 
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/cuda/*.cu csrc/cuda/*.cuh)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/cpu/*.cpp csrc/cpu/*.h csrc/cuda/*.cu csrc/cuda/*.cuh)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(DEPS)

@@ -34,6 +34,8 @@
 #define SPOT_EXTERN_SHARED(type, name) extern __shared__ __align__(16) type name[]
 #endif
 
+#include "../noise.h"
+
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -50,40 +52,13 @@
 namespace spot_cuda {
 
 // ------------------------------------------------------------------------------------------------ coupled noise
-// docs/noise.md, bit for bit: u32 arithmetic, lowbias32 mixing, 23-bit float32 uniforms.
+// docs/noise.md, bit for bit (csrc/noise.h, shared with the CPU kernels).
 
-constexpr uint32_t kGolden = 0x9E3779B9u;
-
-__host__ __device__ __forceinline__ uint32_t mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  x ^= x >> 16;
-  return x;
-}
-
-// mix(mix(seed_lo ^ golden) ^ seed_hi): the seed's part of row_key, computed once on the host.
-inline uint32_t seed_key(int64_t seed) {
-  const uint64_t s = static_cast<uint64_t>(seed);
-  return mix32(mix32(static_cast<uint32_t>(s) ^ kGolden) ^ static_cast<uint32_t>(s >> 32));
-}
-
-// row_key with the seed part precomputed; every argument is reduced to its low 32 bits (two's complement).
-__host__ __device__ __forceinline__ uint32_t row_key(uint32_t skey, int64_t row, int64_t pos, int64_t step) {
-  uint32_t h = mix32(static_cast<uint32_t>(row) ^ skey);
-  h = mix32(h ^ static_cast<uint32_t>(pos));
-  return mix32(h ^ static_cast<uint32_t>(step));
-}
-
-__host__ __device__ __forceinline__ uint32_t noise_word(uint32_t key, int64_t v) {
-  return mix32(key ^ static_cast<uint32_t>(v));
-}
-
-// (float32(w >> 9) + 0.5) * 2^-23: exact, in [2^-24, 1 - 2^-24].
-__host__ __device__ __forceinline__ float uniform_from_word(uint32_t w) {
-  return (static_cast<float>(w >> 9) + 0.5f) * 1.1920928955078125e-07f;
-}
+using spot_noise::mix32;
+using spot_noise::noise_word;
+using spot_noise::row_key;
+using spot_noise::seed_key;
+using spot_noise::uniform_from_word;
 
 __device__ __forceinline__ float dlog(float x) { return logf(x); }
 __device__ __forceinline__ double dlog(double x) { return log(x); }
