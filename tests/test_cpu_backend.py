@@ -9,8 +9,6 @@ relative, probabilities >= 1e-6; the kernel's error against a float64 softmax st
 2.6e-14 for float64 (neg_entropy: 5.9e-5 and 2.8e-14 absolute). PROB_TOL covers the smaller shapes tested here.
 """
 
-import math
-
 import pytest
 import torch
 
@@ -23,128 +21,6 @@ I64 = torch.int64
 HAS_CPU = spot_kernels.HAS_C_EXTENSION and hasattr(torch.ops.spot, "_score_cpu")
 pytestmark = pytest.mark.skipif(not HAS_CPU, reason="spot_kernels._C (with csrc/cpu) is not built or not loaded")
 BACKENDS = ["cpu"]
-
-# (rtol, atol) for probabilities / confidences by compute dtype; neg_entropy, a sum over V of p log p, is compared
-# with an absolute tolerance scaled by log(V).
-PROB_TOL = {torch.float32: (1e-5, 2e-6), torch.float64: (1e-12, 1e-13)}
-
-
-def _close(a, b, cdtype, scale=1.0):
-    rtol, atol = PROB_TOL[cdtype]
-    assert a.dtype == b.dtype and a.shape == b.shape
-    assert torch.equal(torch.isnan(a), torch.isnan(b))
-    torch.testing.assert_close(a, b, rtol=rtol, atol=atol * scale, equal_nan=True)
-
-
-# ---------------------------------------------------------------------------------------------- verify_tree
-
-def _random_tree(g, b, n, width):
-    parents = torch.full((b, n), -1, dtype=I64)
-    for i in range(1, n):
-        parents[:, i] = torch.randint(-1, i, (b,), generator=g)
-    target_pos = torch.randint(-1, width, (b, n), generator=g)
-    target_tokens = torch.randint(0, 3, (b, n), generator=g)
-    draft_pos = torch.randint(0, width, (b, n), generator=g)
-    draft_tokens = torch.randint(0, 3, (b, n), generator=g)
-    for i in range(1, n):  # make most edges hold so that chains are accepted
-        p = parents[:, i].clamp(min=0)
-        take = (torch.rand(b, generator=g) < 0.8) & (target_pos[torch.arange(b), p] >= 0)
-        draft_pos[:, i] = torch.where(take, target_pos[torch.arange(b), p], draft_pos[:, i])
-        draft_tokens[:, i] = torch.where(take, target_tokens[torch.arange(b), p], draft_tokens[:, i])
-    block = torch.randint(0, 50, (b, width), generator=g)
-    return parents, draft_pos, draft_tokens, target_pos, target_tokens, block
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("shape", [(1, 1, 4), (7, 2, 3), (64, 9, 8), (16, 40, 32), (0, 3, 4)])
-def test_verify_tree_random(backend, shape):
-    b, n, width = shape
-    g = torch.Generator().manual_seed(b * 1000 + n)
-    args = _random_tree(g, b, n, width)
-    out = spot_kernels.verify_tree(*args, backend=backend)
-    ref = spot_kernels.verify_tree(*args, backend="reference")
-    for a, r in zip(out, ref):
-        assert a.dtype == r.dtype and a.is_contiguous()
-        assert torch.equal(a, r)
-    if b:
-        assert int(out.num_accepted.max()) >= 1
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_verify_tree_non_contiguous(backend):
-    g = torch.Generator().manual_seed(11)
-    args = _random_tree(g, 6, 10, 8)
-    strided = tuple(torch.stack([a, a], dim=-1)[..., 0] for a in args)  # same values, stride 2
-    assert not strided[0].is_contiguous()
-    out = spot_kernels.verify_tree(*strided, backend=backend)
-    ref = spot_kernels.verify_tree(*args, backend="reference")
-    for a, r in zip(out, ref):
-        assert torch.equal(a, r)
-
-
-# ------------------------------------------------------------------------------------------ select_children
-
-def _children_args(g, frontier, block, top, dtype, probs_dtype):
-    logits = torch.randn(frontier, block, generator=g, dtype=dtype)
-    if frontier >= 4 and block >= 6:
-        logits[0, 2] = math.nan
-        logits[1, 3] = -math.inf
-        logits[2, 4] = math.inf
-        logits[2, 5] = math.inf
-        logits[3] = -math.inf  # nothing eligible
-        logits[1, 0] = logits[1, 1]  # a tie: lowest position first
-    masked = torch.rand(frontier, block, generator=g) < 0.75
-    path = torch.randn(frontier, generator=g, dtype=dtype)
-    probs = torch.softmax(torch.randn(frontier, block, top, generator=g, dtype=torch.float64) * 2, -1)
-    probs = probs.sort(-1, descending=True).values.to(probs_dtype)
-    ids = torch.randint(-1, 1000, (frontier, block, top), generator=g)
-    if top >= 3:
-        probs[:, :, 2] = 0  # not eligible
-    rows = torch.arange(frontier, dtype=I64)
-    block_start = torch.full((frontier,), 5, dtype=I64)
-    steps = torch.arange(frontier, dtype=I64) % 3
-    return logits, masked, path, probs, ids, 9, rows, block_start, steps
-
-
-def check_children(backend, args, temperature, k):
-    out = spot_kernels.select_children(*args, temperature, k, backend=backend)
-    ref = spot_kernels.select_children(*args, temperature, k, backend="reference")
-    assert torch.equal(out.child_pos, ref.child_pos)
-    assert torch.equal(out.child_tokens, ref.child_tokens)
-    cdtype = args[0].dtype
-    _close(out.child_logprob, ref.child_logprob, cdtype)
-    for a, r in zip(out, ref):
-        assert a.dtype == r.dtype and a.shape == r.shape and a.is_contiguous()
-    return out
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("temperature", [0.0, 0.8])
-@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.float64, torch.float64),
-                                    (torch.float32, torch.float64), (torch.float64, torch.float32)], ids=str)
-def test_select_children_random(backend, dtypes, temperature):
-    g = torch.Generator().manual_seed(int(temperature * 10) + 7 * dtypes[0].itemsize + dtypes[1].itemsize)
-    for frontier, block, top in [(6, 10, 5), (3, 32, 32), (5, 7, 1)]:
-        args = _children_args(g, frontier, block, top, *dtypes)
-        for k in (1, 3, block, block + 4):
-            check_children(backend, args, temperature, k)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_select_children_edge_shapes(backend):
-    g = torch.Generator().manual_seed(12)
-    for frontier, block, top in [(0, 4, 3), (4, 6, 0), (2, 1, 2)]:
-        args = _children_args(g, frontier, block, top, torch.float32, torch.float32)
-        for temperature in (0.0, 1.0):
-            check_children(backend, args, temperature, 3)
-    # expanded stale features (a broadcast view, as the decoder passes) and a non-contiguous logits view
-    logits, masked, path, probs, ids, seed, rows, block_start, steps = _children_args(
-        g, 4, 8, 4, torch.float64, torch.float64)
-    args = (logits.t().contiguous().t(), masked, path, probs[:1].expand(4, 8, 4), ids[:1].expand(4, 8, 4), seed,
-            rows, block_start, steps)
-    for temperature in (0.0, 0.5):
-        check_children(backend, args, temperature, 5)
-
 
 # ------------------------------------------------------------------------------------------- errors, routing
 
