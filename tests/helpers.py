@@ -13,7 +13,7 @@ Backends (the `backend` fixture of tests/conftest.py, parametrized indirectly wi
     =0 skips it). It checks the kernels' logic (indexing, reductions, merges, launch sequences), not speed,
     registers or the GPU memory model;
   - "cuda": the compiled CUDA kernels on the GPU;
-  - "cpu": the C++ CPU kernels (csrc/cpu/) on CPU tensors, for the ops of CPU_KERNEL_OPS only (the families
+  - "cpu": the C++ CPU kernels (csrc/cpu/) on CPU tensors, for the ops of CPU_OPS only (the families
     tree_attention and its masks have none: their tests do not take it).
 A backend that cannot run here is skipped, never passed.
 """
@@ -42,12 +42,12 @@ ON_GPU_DEVICE = torch.cuda.is_available()
 WITH_CUDA = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CUDA", 0))
 ON_GPU = WITH_CUDA and ON_GPU_DEVICE
 WITH_CPU = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CPU", 0))
-CPU_KERNEL_OPS = ("noise_uniform", "score", "select_children", "verify_tree")  # the ops csrc/cpu/ has a kernel for
+CPU_OPS = ("noise_uniform", "score", "select_children", "verify_tree")  # the ops csrc/cpu/ has a kernel for
 DEVICE = torch.device("cuda" if ON_GPU_DEVICE else "cpu")
 BACKENDS = ("reference", "triton", "cuda-emulation", "cuda", "cpu")
 CUDA_KERNELS = ("cuda-emulation", "cuda")  # the CUDA C++ kernels: on the GPU, or emulated on CPU
-CPP_KERNELS = CUDA_KERNELS + ("cpu",)  # every C++ kernel: the CUDA ones and the CPU ones (CPU_KERNEL_OPS only)
-KERNEL_BACKENDS = ("triton",) + CPP_KERNELS  # every backend held to the reference (CPU_KERNEL_OPS for "cpu")
+CPP_KERNELS = CUDA_KERNELS + ("cpu",)  # every C++ kernel: the CUDA ones and the CPU ones (CPU_OPS only)
+KERNEL_BACKENDS = ("triton",) + CPP_KERNELS  # every backend held to the reference (CPU_OPS for "cpu")
 NO_CPU_REASON = "needs spot_kernels._C built with the C++ CPU kernels (csrc/cpu/, spot_kernels._C.WITH_CPU)"
 gpu_only = pytest.mark.skipif(not ON_GPU_DEVICE, reason="needs a CUDA GPU") if pytest else None
 needs_cpu_build = pytest.mark.skipif(not WITH_CPU, reason=NO_CPU_REASON) if pytest else None
