@@ -13,8 +13,8 @@ Backends (the `backend` fixture of tests/conftest.py, parametrized indirectly wi
     =0 skips it). It checks the kernels' logic (indexing, reductions, merges, launch sequences), not speed,
     registers or the GPU memory model;
   - "cuda": the compiled CUDA kernels on the GPU;
-  - "cpu": the C++ CPU kernels (csrc/cpu/) on CPU tensors, for the ops of CPU_OPS only (the families
-    tree_attention and its masks have none: their tests do not take it).
+  - "cpu": the C++ CPU kernels (csrc/cpu/) on CPU tensors, for the ops of CPU_OPS only (the tree_attention family,
+    attention and tree masks, has none: its tests do not take "cpu", so nothing there passes for it).
 A backend that cannot run here is skipped, never passed.
 """
 
