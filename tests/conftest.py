@@ -24,7 +24,7 @@ def cuda_emulation():
 @pytest.fixture
 def backend(request):
     """A helpers.Target for the backend named by indirect parametrization:
-    @pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda"], indirect=True)."""
+    @pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda", "cpu"], indirect=True)."""
     import helpers
 
     return helpers.target(request.param, request)

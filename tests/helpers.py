@@ -12,7 +12,9 @@ Backends (the `backend` fixture of tests/conftest.py, parametrized indirectly wi
     SIMT emulation on CPU tensors; by default only where no GPU is present (SPOT_TEST_CUDA_EMULATION=1 forces it,
     =0 skips it). It checks the kernels' logic (indexing, reductions, merges, launch sequences), not speed,
     registers or the GPU memory model;
-  - "cuda": the compiled CUDA kernels on the GPU.
+  - "cuda": the compiled CUDA kernels on the GPU;
+  - "cpu": the C++ CPU kernels (csrc/cpu/) on CPU tensors, for the ops of CPU_OPS only (the tree_attention family,
+    attention and tree masks, has none: its tests do not take "cpu", so nothing there passes for it).
 A backend that cannot run here is skipped, never passed.
 """
 
@@ -39,11 +41,34 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ON_GPU_DEVICE = torch.cuda.is_available()
 WITH_CUDA = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CUDA", 0))
 ON_GPU = WITH_CUDA and ON_GPU_DEVICE
+WITH_CPU = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CPU", 0))
+CPU_OPS = ("noise_uniform", "score", "select_children", "verify_tree")  # the ops csrc/cpu/ has a kernel for
 DEVICE = torch.device("cuda" if ON_GPU_DEVICE else "cpu")
-BACKENDS = ("reference", "triton", "cuda-emulation", "cuda")
+BACKENDS = ("reference", "triton", "cuda-emulation", "cuda", "cpu")
 CUDA_KERNELS = ("cuda-emulation", "cuda")  # the CUDA C++ kernels: on the GPU, or emulated on CPU
-KERNEL_BACKENDS = ("triton",) + CUDA_KERNELS  # every backend held to the reference
+CPP_KERNELS = CUDA_KERNELS + ("cpu",)  # every C++ kernel: the CUDA ones and the CPU ones (CPU_OPS only)
+KERNEL_BACKENDS = ("triton",) + CPP_KERNELS  # every backend held to the reference (CPU_OPS for "cpu")
+NO_CPU_REASON = "needs spot_kernels._C built with the C++ CPU kernels (csrc/cpu/, spot_kernels._C.WITH_CPU)"
 gpu_only = pytest.mark.skipif(not ON_GPU_DEVICE, reason="needs a CUDA GPU") if pytest else None
+needs_cpu_build = pytest.mark.skipif(not WITH_CPU, reason=NO_CPU_REASON) if pytest else None
+
+# The cpu backend against the reference, on the same inputs: identical tokens, top-K ids, commit positions, children,
+# accepted chains and noise words; probabilities and log-probabilities within PROB_TOL. The reference's softmax sums
+# V float32 terms in float32; the kernel sums chunks in double, so most of the difference is the reference's own
+# rounding: over float16 / bfloat16 / float32 logits, V up to 151,936 and logit scales up to 10, the largest measured
+# |p_cpu - p_ref| was 1.4e-5 (2.3e-5 relative, probabilities >= 1e-6; the kernel's error against a float64 softmax
+# stayed below 7e-7 relative) and 2.6e-14 for float64 (neg_entropy: 5.9e-5 and 2.8e-14 absolute). PROB_TOL covers
+# the smaller shapes tested: (rtol, atol) by compute dtype; neg_entropy, a sum over V of p log p, is compared with
+# the absolute tolerance scaled by log(V) + 1.
+PROB_TOL = {torch.float32: (1e-5, 2e-6), torch.float64: (1e-12, 1e-13)}
+
+
+def assert_probs_close(a, b, cdtype, scale=1.0):
+    """The cpu backend's probabilities `a` against the reference's `b` within PROB_TOL[cdtype] (atol times scale)."""
+    rtol, atol = PROB_TOL[cdtype]
+    assert a.dtype == b.dtype and a.shape == b.shape
+    assert torch.equal(torch.isnan(a), torch.isnan(b))
+    torch.testing.assert_close(a, b, rtol=rtol, atol=atol * scale, equal_nan=True)
 
 
 # ------------------------------------------------------------------------------------------------ targets
@@ -90,6 +115,10 @@ def target(name: str, request) -> Target:
         return Target("cuda", "cuda")
     if name == "cuda-emulation":
         return Target("cuda", "cpu", request.getfixturevalue("cuda_emulation"))
+    if name == "cpu":
+        if not WITH_CPU:
+            pytest.skip(NO_CPU_REASON)
+        return Target("cpu", "cpu")
     raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
 
 

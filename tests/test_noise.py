@@ -177,3 +177,23 @@ def test_noise_uniform_bit_exact(backend, shapes):
     assert torch.equal(backend.run("noise_uniform", 9, *many), backend.ref("noise_uniform", 9, *many))
     strided = backend.to(torch.arange(12).view(3, 4)[:, ::2], torch.arange(2), torch.tensor(1), torch.tensor(0))
     assert torch.equal(backend.run("noise_uniform", 4, *strided), backend.ref("noise_uniform", 4, *strided))
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
+def test_noise_uniform_extreme_and_degenerate_shapes(backend):
+    """Ids beyond 32 bits and negative, a 0-dim call, equal shapes, an empty batch and strided views."""
+    g = torch.Generator().manual_seed(5)
+    cases = [
+        (torch.arange(3)[:, None], torch.tensor(7), torch.tensor(1), torch.arange(4)),
+        (torch.randint(-2**62, 2**62, (2, 1, 1), generator=g), torch.randint(0, 2**40, (1, 3, 1), generator=g),
+         torch.tensor([-1, 0, 2**32 + 5])[None, :, None], torch.arange(-3, 1000)),
+        (torch.tensor(0), torch.tensor(0), torch.tensor(0), torch.tensor(0)),  # 0-dim
+        (torch.arange(4), torch.arange(4), torch.arange(4), torch.arange(4)),
+        (torch.zeros(0, 3, dtype=torch.int64), torch.tensor(1), torch.tensor(2), torch.arange(3)),  # empty
+        (torch.arange(12).reshape(3, 4).t(), torch.tensor(1), torch.arange(6)[::2], torch.tensor(9)),  # strided
+    ]
+    for seed in (0, 5, 2**32 + 1, 2**63 - 1):
+        for args in cases:
+            out, ref = backend.both("noise_uniform", seed, *backend.to(*args))
+            assert out.dtype == torch.float32 and out.shape == ref.shape and out.is_contiguous()
+            assert torch.equal(out, ref)

@@ -15,7 +15,7 @@ from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 from spot_kernels.reference import score as ref_scoring
 
 import brute
-from helpers import CUDA_KERNELS, I64, gpu_only, score_inputs
+from helpers import CPP_KERNELS, I64, assert_probs_close, gpu_only, score_inputs
 
 
 def run(logits, masked=None, seed=0, rows=None, block_start=None, steps=None, temperature=1.0, **kw):
@@ -469,8 +469,9 @@ def _score_args(t, lead, block, vocab, dtype, temperature, kind, top_k, seed=0, 
     return t.to(logits, masked, 12345 + seed, rows, block_start, steps, temperature, kind, top_k)
 
 
-def _assert_score_equal(got, want, probs_atol=2e-6):
-    """A backend's score outputs against the reference's: integers equal, probabilities close."""
+def _assert_score_equal(got, want, probs_atol=2e-6, cpu_scale=None):
+    """A backend's score outputs against the reference's: integers equal, probabilities close. cpu_scale (the cpu
+    backend): probabilities within helpers.PROB_TOL, the confidence's atol times cpu_scale."""
     tokens, conf, probs, ids, commit = got
     w_tokens, w_conf, w_probs, w_ids, w_commit = want
     assert [(x.shape, x.dtype, x.device) for x in got] == [(x.shape, x.dtype, x.device) for x in want]
@@ -479,16 +480,28 @@ def _assert_score_equal(got, want, probs_atol=2e-6):
     assert torch.equal(ids, w_ids)
     assert torch.equal(commit, w_commit)
     assert torch.equal(conf.isnan(), w_conf.isnan())
+    if cpu_scale is not None:
+        assert_probs_close(conf, w_conf, conf.dtype, cpu_scale)
+        assert_probs_close(probs, w_probs, conf.dtype)
+        return
     tol = dict(rtol=1e-12, atol=1e-14) if conf.dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
     torch.testing.assert_close(conf, w_conf, equal_nan=True, **tol)
     torch.testing.assert_close(probs, w_probs, **{**tol, "atol": min(tol["atol"], probs_atol)})
 
 
 def _check_score(t, args):
-    _assert_score_equal(t.run("score", *args), t.ref("score", *args))
+    """t against the reference on the same arguments: (t's outputs as a ScoreOutput). The cpu backend is held to
+    helpers.PROB_TOL, neg_entropy's absolute tolerance scaled by log(V) + 1."""
+    logits, kind = args[0], args[7]
+    cpu_scale = None
+    if t.name == "cpu":
+        cpu_scale = math.log(logits.shape[-1]) + 1 if kind == "neg_entropy" else 1.0
+    got = t.run("score", *args)
+    _assert_score_equal(got, t.ref("score", *args), cpu_scale=cpu_scale)
+    return ScoreOutput(*got)
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 @pytest.mark.parametrize("kind", CONFIDENCE_KINDS)
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
@@ -497,7 +510,7 @@ def test_score_parity(backend, dtype, temperature, kind):
                                       seed=int(temperature * 10)))
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 @pytest.mark.parametrize("vocab,top_k", [(1, 1), (1, 4), (7, 32), (33, 2), (1000, 1), (1000, 33), (1000, 100),
                                          (4099, 64), (32000 + 13, 32)])
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
@@ -508,7 +521,7 @@ def test_score_vocab_and_top_k_sizes(backend, vocab, top_k, temperature):
                                          seed=vocab % 97))
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 @pytest.mark.parametrize("lead,block,vocab", [((1,), 2, 151936), ((1, 1), 4, 126464), ((2, 40), 1, 3000),
                                               ((64,), 16, 500)])
 def test_score_few_and_many_rows(backend, lead, block, vocab):
@@ -516,7 +529,7 @@ def test_score_few_and_many_rows(backend, lead, block, vocab):
     _check_score(backend, _score_args(backend, lead, block, vocab, torch.bfloat16, 1.0, "prob", 32, seed=len(lead)))
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 @pytest.mark.parametrize("temperature", [0.0, 0.5])
 @pytest.mark.parametrize("kind", CONFIDENCE_KINDS)
 def test_score_invalid_rows_and_ties(backend, temperature, kind):
@@ -532,8 +545,7 @@ def test_score_invalid_rows_and_ties(backend, temperature, kind):
     z = torch.zeros(1, dtype=I64)
     for dtype in (torch.float64, torch.float32):
         args = backend.to(logits.to(dtype), torch.ones(1, 8, dtype=torch.bool), 3, z, z, z, temperature, kind, 6)
-        got = backend.run("score", *args)
-        _assert_score_equal(got, backend.ref("score", *args))
+        got = _check_score(backend, args)
         assert got[0][0, :3].tolist() == [-1, -1, -1]
         assert (got[3][0, :3] == -1).all() and (got[2][0, :3] == 0).all()
         masked = torch.zeros(1, 8, dtype=torch.bool)
@@ -542,7 +554,7 @@ def test_score_invalid_rows_and_ties(backend, temperature, kind):
         assert backend.run("score", *args)[4].tolist() == [-1]
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 def test_score_exact_ties_across_rounds_and_splits(backend):
     """Many exactly tied logits (rounded, bf16): top-K ties go to the lowest ids in every round and split."""
     g = torch.Generator().manual_seed(21)
@@ -553,15 +565,14 @@ def test_score_exact_ties_across_rounds_and_splits(backend):
         _check_score(backend, args)
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 def test_score_empty_no_lead_and_non_contiguous(backend):
     for shape in [(0, 4, 10), (2, 0, 10), (3, 0, 2, 5), (4, 9)]:
         lead = shape[:-2]
         z = torch.zeros(lead, dtype=I64)
         args = backend.to(torch.randn(shape), torch.ones(shape[:-1], dtype=torch.bool), 0, z, z + 2, z, 1.0, "prob",
                           3)
-        got, want = backend.run("score", *args), backend.ref("score", *args)
-        _assert_score_equal(got, want)
+        _check_score(backend, args)
     base = torch.randn(2, 50, 6)
     z2 = torch.zeros(2, dtype=I64)
     args = backend.to(base, torch.ones(2, 6, dtype=torch.bool), 5, z2, z2 + 8, torch.tensor(2))
@@ -570,13 +581,15 @@ def test_score_empty_no_lead_and_non_contiguous(backend):
     _check_score(backend, args)
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 def test_score_matches_the_float64_reference_on_cpu(backend):
     args = _score_args(backend, (2, 3), 16, 500, torch.float64, 0.7, "prob", 8, seed=3)
     got = backend.run("score", *args)
     want = backend.ref("score", *(a.cpu() if isinstance(a, torch.Tensor) else a for a in args))
     for a, b in zip(got, want):
-        if a.dtype.is_floating_point:
+        if a.dtype.is_floating_point and backend.name == "cpu":
+            assert_probs_close(a, b, torch.float64)
+        elif a.dtype.is_floating_point:
             torch.testing.assert_close(a.cpu(), b, rtol=1e-12, atol=1e-14)
         else:
             assert torch.equal(a.cpu(), b)
@@ -615,3 +628,163 @@ def test_score_random_logits_all_kinds_and_k(backend):
         a, r = backend.both("score", logits, masked, 3, z, z, z, t, kind, k)
         assert torch.equal(a[0], r[0]) and torch.equal(a[3], r[3]) and torch.equal(a[4], r[4])
         torch.testing.assert_close(a[2], r[2], rtol=1e-4, atol=1e-7)
+
+
+# ---------------------------------------------------------------------- the cpu backend (csrc/cpu/) in particular
+
+CPU_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _score_call(logits, masked=None, seed=3, rows=None, block_start=None, steps=None, temperature=1.0,
+                confidence="prob", top_k=8):
+    """Every argument of score for `logits`; unset ones: all masked, one row id per node, block at 16, step 2."""
+    lead = logits.shape[:-2]
+    if masked is None:
+        masked = torch.ones(logits.shape[:-1], dtype=torch.bool)
+    rows = torch.arange(math.prod(lead), dtype=I64).reshape(lead) if rows is None else rows
+    block_start = torch.full(lead, 16, dtype=I64) if block_start is None else block_start
+    steps = torch.full(lead, 2, dtype=I64) if steps is None else steps
+    return logits, masked, seed, rows, block_start, steps, temperature, confidence, top_k
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+@pytest.mark.parametrize("confidence", CONFIDENCE_KINDS)
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+@pytest.mark.parametrize("dtype", CPU_DTYPES, ids=str)
+def test_score_random(backend, dtype, temperature, confidence):
+    g = torch.Generator().manual_seed(CPU_DTYPES.index(dtype) * 100 + int(temperature * 10)
+                                      + CONFIDENCE_KINDS.index(confidence))
+    logits = (torch.randn(2, 3, 5, 1003, generator=g) * 3).to(dtype)  # V not a multiple of any tile
+    masked = torch.rand(2, 3, 5, generator=g) < 0.7
+    _check_score(backend, _score_call(logits, masked=masked, temperature=temperature, confidence=confidence,
+                                      top_k=8))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+@pytest.mark.parametrize("temperature", [0.0, 0.5])
+@pytest.mark.parametrize("confidence", CONFIDENCE_KINDS)
+def test_score_invalid_rows_and_partial_inf(backend, temperature, confidence):
+    for dtype in (torch.float32, torch.float64):
+        logits = torch.zeros(1, 7, 21, dtype=dtype)
+        logits[0, 0, 3] = math.nan
+        logits[0, 1] = -math.inf
+        logits[0, 2, 5] = math.inf
+        logits[0, 3, ::2] = -math.inf  # partial -inf: ordinary
+        logits[0, 4] = torch.arange(21, dtype=dtype)
+        logits[0, 5, :20] = -math.inf  # only the last entry is finite
+        logits[0, 6, 7] = 4.0
+        out = _check_score(backend, _score_call(logits, temperature=temperature, confidence=confidence, top_k=25))
+        assert out.tokens[0, :3].tolist() == [-1, -1, -1]
+        assert torch.isnan(out.confidence[0, :3]).all()
+        assert (out.topk_ids[0, :3] == -1).all() and (out.topk_probs[0, :3] == 0).all()
+        assert (out.topk_ids[0, 3:, 21:] == -1).all()  # top_k > V: padding
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_score_ties(backend, temperature, dtype):
+    """Equal logits, equal probabilities (including probabilities that underflow to 0): lowest ids first."""
+    logits = torch.zeros(1, 6, 40, dtype=dtype)
+    logits[0, 1, ::3] = 2.0  # ties at the top
+    logits[0, 2] = torch.arange(40, dtype=dtype) % 4  # repeated values across the K cut
+    logits[0, 3, 17] = 200.0  # every other probability underflows (float32) or is tiny (float64)
+    logits[0, 4, 30] = 1000.0
+    logits[0, 4, 2] = 1000.0
+    logits[0, 5] = -5.0
+    for top_k in (1, 5, 13, 40, 45):
+        for kind in CONFIDENCE_KINDS:
+            _check_score(backend, _score_call(logits, temperature=temperature, confidence=kind, top_k=top_k))
+    # a commit tie: identical rows give equal confidences, the lowest position wins
+    same = torch.randn(1, 1, 30, dtype=dtype).expand(2, 4, 30).contiguous()
+    _check_score(backend, _score_call(same, temperature=temperature))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+@pytest.mark.parametrize("vocab", [1, 2, 15, 16, 17, 4099])
+def test_score_vocab_sizes(backend, vocab):
+    g = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(3, 4, vocab, generator=g, dtype=torch.float64) * 4
+    for temperature in (0.0, 0.3, 1.0):
+        for kind in CONFIDENCE_KINDS:
+            _check_score(backend, _score_call(logits, temperature=temperature, confidence=kind, top_k=6))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_score_wide_logits_and_small_temperatures(backend):
+    """Logit spreads far beyond the Gumbel range (most entries pruned before hashing) and tiny temperatures."""
+    g = torch.Generator().manual_seed(7)
+    for dtype in (torch.float32, torch.float64):
+        logits = (torch.randn(2, 4, 5000, generator=g) * 200).to(dtype)
+        for temperature in (1e-3, 0.05, 1.0, 30.0):
+            _check_score(backend, _score_call(logits, temperature=temperature, top_k=32))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_score_empty_and_shapes(backend):
+    for shape in [(0, 4, 9), (2, 0, 9), (0, 0, 9), (1, 3, 0, 9), (4, 9)]:
+        _check_score(backend, _score_call(torch.randn(shape)))
+    out = _check_score(backend, _score_call(torch.randn(2, 0, 9)))
+    assert out.commit_pos.tolist() == [-1, -1]
+    # more leading dims, T = 0 and T > 0
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(2, 3, 4, 50, generator=g)
+    for temperature in (0.0, 1.0):
+        _check_score(backend, _score_call(logits, temperature=temperature, top_k=3))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_score_non_contiguous_and_expanded(backend):
+    g = torch.Generator().manual_seed(2)
+    base = torch.randn(5, 40, 3, 2, generator=g, dtype=torch.float64)
+    logits = base[..., 0].transpose(0, 2)  # [3, 40, 5] -> non-contiguous [3, 40, 5]
+    logits = logits.transpose(1, 2)[:, :, ::2]  # [3, 5, 20], strided vocab
+    assert not logits.is_contiguous()
+    masked = (torch.rand(5, 3, generator=g) < 0.6).t()
+    rows = torch.tensor(4).expand(3)
+    block_start = torch.tensor([0, 5, 9])[::1]
+    steps = torch.zeros(6, dtype=I64)[::2]
+    for temperature in (0.0, 0.9):
+        _check_score(backend, _score_call(logits, masked=masked, rows=rows, block_start=block_start, steps=steps,
+                                          temperature=temperature, confidence="margin", top_k=7))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_score_seeds_and_row_ids(backend):
+    """Noise words for extreme seeds and ids (only the low 32 bits are used, two's complement)."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(3, 4, 300, generator=g, dtype=torch.float64)
+    rows = torch.tensor([-1, 2**40 + 3, 0])
+    block_start = torch.tensor([0, 2**33, 7])
+    steps = torch.tensor([2**32 - 1, 5, 0])
+    for seed in (0, 1, 2**32, 2**63 - 1):
+        _check_score(backend, _score_call(logits, seed=seed, rows=rows, block_start=block_start, steps=steps,
+                                          temperature=1.0))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_score_large_vocabulary(backend):
+    """A decoder-sized row, where the Gumbel pruning matters."""
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(1, 3, 151936, generator=g) * 2.5
+    for temperature in (0.0, 1.0):
+        _check_score(backend, _score_call(logits, temperature=temperature, top_k=32))
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_score_threads(backend):
+    """Rows are spread over threads (at::parallel_for): results do not depend on the thread count."""
+    g = torch.Generator().manual_seed(8)
+    logits = torch.randn(4, 16, 3000, generator=g)
+    args = _score_call(logits, temperature=0.8, confidence="neg_entropy")
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = backend.run("score", *args)
+        torch.set_num_threads(2)
+        two = backend.run("score", *args)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(one, two):
+        assert torch.equal(a, b)
+    _check_score(backend, args)

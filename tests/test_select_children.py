@@ -11,7 +11,7 @@ from torch.library import opcheck
 import spot_kernels
 
 import brute
-from helpers import CUDA_KERNELS, I64, children_inputs, gpu_only
+from helpers import CPP_KERNELS, I64, assert_probs_close, children_inputs, gpu_only
 
 
 def brute_children(pos_logits, masked, path_logprob, probs, ids, seed, rows, block_start, steps, temperature, k):
@@ -234,7 +234,7 @@ def test_select_children_matches_reference(backend, dtype, temperature):
     assert all(x.shape == (0, 2) for x in a)
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 @pytest.mark.parametrize("pdt,qdt", [(torch.float32, torch.float32), (torch.float64, torch.float64),
                                      (torch.float32, torch.float64), (torch.float64, torch.float32)])
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -247,11 +247,14 @@ def test_select_children_parity(backend, frontier, block, top, k, pdt, qdt, temp
         got, want = backend.run("select_children", *args), backend.ref("select_children", *args)
         assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
         assert got[1].dtype == want[1].dtype
-        tol = 2e-6 if pdt == torch.float32 else 1e-12
-        torch.testing.assert_close(got[1], want[1], rtol=tol, atol=tol)
+        if backend.name == "cpu":
+            assert_probs_close(got[1], want[1], pdt)
+        else:
+            tol = 2e-6 if pdt == torch.float32 else 1e-12
+            torch.testing.assert_close(got[1], want[1], rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 def test_select_children_infinite_logits(backend):
     logits = torch.tensor([[math.inf, 0.0, math.inf, 1.0], [-math.inf, -math.inf, math.nan, -math.inf]])
     z = torch.zeros(2, dtype=I64)
@@ -270,3 +273,54 @@ def test_select_children_at_scale(backend):
         a, r = backend.both("select_children", *args)
         assert torch.equal(a[0], r[0]) and torch.equal(a[2], r[2])
         torch.testing.assert_close(a[1], r[1])
+
+
+# ---------------------------------------------------------------------- the cpu backend (csrc/cpu/) in particular
+
+def _cpu_children_args(seed, frontier, block, top, pdt, qdt):
+    """helpers.children_inputs without temperature and k, plus two +inf logits and a row with nothing eligible."""
+    logits, *rest = children_inputs(frontier, block, top, 1, pdt, qdt, seed=seed, vocab=1000)[:-2]
+    if frontier >= 4 and block >= 6:
+        logits[2, 4] = math.inf
+        logits[2, 5] = math.inf
+        logits[3] = -math.inf  # nothing eligible
+    return (logits, *rest)
+
+
+def check_children(backend, args, temperature, k):
+    """The backend against the reference: positions and tokens equal, log-probabilities within helpers.PROB_TOL."""
+    out, ref = backend.both("select_children", *args, temperature, k)
+    out, ref = spot_kernels.ChildSelection(*out), spot_kernels.ChildSelection(*ref)
+    assert torch.equal(out.child_pos, ref.child_pos)
+    assert torch.equal(out.child_tokens, ref.child_tokens)
+    assert_probs_close(out.child_logprob, ref.child_logprob, args[0].dtype)
+    for a, r in zip(out, ref):
+        assert a.dtype == r.dtype and a.shape == r.shape and a.is_contiguous()
+    return out
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.float32), (torch.float64, torch.float64),
+                                    (torch.float32, torch.float64), (torch.float64, torch.float32)], ids=str)
+def test_select_children_random(backend, dtypes, temperature):
+    seed = int(temperature * 10) + 7 * dtypes[0].itemsize + dtypes[1].itemsize
+    for frontier, block, top in [(6, 10, 5), (3, 32, 32), (5, 7, 1)]:
+        args = _cpu_children_args(seed + block, frontier, block, top, *dtypes)
+        for k in (1, 3, block, block + 4):
+            check_children(backend, args, temperature, k)
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_select_children_edge_shapes(backend):
+    for frontier, block, top in [(0, 4, 3), (4, 6, 0), (2, 1, 2)]:
+        args = _cpu_children_args(12, frontier, block, top, torch.float32, torch.float32)
+        for temperature in (0.0, 1.0):
+            check_children(backend, args, temperature, 3)
+    # expanded stale features (a broadcast view, as the decoder passes) and a non-contiguous logits view
+    logits, masked, path, probs, ids, seed, rows, block_start, steps = _cpu_children_args(
+        13, 4, 8, 4, torch.float64, torch.float64)
+    args = (logits.t().contiguous().t(), masked, path, probs[:1].expand(4, 8, 4), ids[:1].expand(4, 8, 4), seed,
+            rows, block_start, steps)
+    for temperature in (0.0, 0.5):
+        check_children(backend, args, temperature, 5)

@@ -11,7 +11,7 @@ from torch.library import opcheck
 
 import spot_kernels
 
-from helpers import CUDA_KERNELS, I64, gpu_only, random_tree, random_trees
+from helpers import CPP_KERNELS, I64, gpu_only, random_tree, random_trees
 
 
 def brute_verify(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
@@ -191,7 +191,7 @@ def test_verify_matches_reference(backend):
             assert torch.equal(x, y)
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 @pytest.mark.parametrize("batch,nodes,block", [(4, 1, 8), (8, 16, 32), (6, 64, 32), (2, 1000, 64), (1, 3000, 16),
                                                (0, 5, 4)])
 def test_verify_tree_parity(backend, batch, nodes, block):
@@ -202,7 +202,7 @@ def test_verify_tree_parity(backend, batch, nodes, block):
             assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 def test_verify_tree_chain_fully_accepted(backend):
     n, block = 12, 16
     parents = torch.arange(-1, n - 1)[None]
@@ -225,3 +225,30 @@ def test_verify_tree_at_scale(backend):
         a, r = backend.both("verify_tree", *args)
         for x, y in zip(a, r):
             assert torch.equal(x, y)
+
+
+# ---------------------------------------------------------------------- the cpu backend (csrc/cpu/) in particular
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+@pytest.mark.parametrize("shape", [(1, 1, 4), (7, 2, 3), (64, 9, 8), (16, 40, 32), (0, 3, 4)])
+def test_verify_tree_random(backend, shape):
+    b, n, width = shape
+    args = random_trees(b, n, width, seed=b * 1000 + n, hit=0.8, vocab=3)
+    out, ref = backend.both("verify_tree", *args)
+    out = spot_kernels.VerifyOutput(*out)
+    for a, r in zip(out, ref):
+        assert a.dtype == r.dtype and a.is_contiguous()
+        assert torch.equal(a, r)
+    if b:
+        assert int(out.num_accepted.max()) >= 1
+
+
+@pytest.mark.parametrize("backend", ["cpu"], indirect=True)
+def test_verify_tree_non_contiguous(backend):
+    args = random_trees(6, 10, 8, seed=11, hit=0.8, vocab=3)
+    strided = tuple(torch.stack([a, a], dim=-1)[..., 0] for a in args)  # same values, stride 2
+    assert not strided[0].is_contiguous()
+    out = backend.run("verify_tree", *strided)
+    ref = backend.ref("verify_tree", *args)
+    for a, r in zip(out, ref):
+        assert torch.equal(a, r)
