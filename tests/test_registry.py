@@ -4,6 +4,7 @@ CUDA graphs, and decoding that is token-identical whatever the backend.
 
 GPU tests are skipped, never passed, without a GPU."""
 
+import itertools
 import json
 import math
 import os
@@ -714,14 +715,15 @@ def test_decoder_is_token_identical(backend, temperature, monkeypatch):
 
         monkeypatch.setitem(backends.kernels(backend.name, FAMILIES[op]), op, counted)
     runs = [("standard", {}), ("confidence", {}), ("spot", {"drafter": spot.ConfidenceDrafter()})]
-    for method, extra in runs:
-        kw = dict(max_new_tokens=12, block_size=8, temperature=temperature, seed=4, eos_id=None, budget=8, **extra)
+    for (method, extra), block_size in itertools.product(runs, (4, 16, 32)):  # the exactness grid's block sizes
+        kw = dict(max_new_tokens=block_size + block_size // 2, block_size=block_size, temperature=temperature,
+                  seed=4, eos_id=None, budget=8, **extra)
         monkeypatch.setenv("SPOT_BACKEND", "reference")
         ref = generate(target, PROMPTS, method, **kw)
         before = dict(calls)
         monkeypatch.setenv("SPOT_BACKEND", backend.name)
         out = generate(target, PROMPTS, method, **kw)
-        assert out.tokens == ref.tokens, (method, temperature)
+        assert out.tokens == ref.tokens, (method, temperature, block_size)
         assert torch.equal(out.orders, ref.orders)
         assert calls.get("score", 0) > before.get("score", 0)
     assert calls.get("verify_tree", 0) > 0 and calls.get("select_children", 0) > 0

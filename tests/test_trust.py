@@ -121,30 +121,36 @@ def _train(out, **kw):
     return train_drafter(_drafter_shards(), cfg, out, model_cfg=SMALL, progress=False, log=lambda *a: None)
 
 
+class _LossSpy:
+    """Counts the training steps of spot.build.train_drafter (one loss call each) and, past `limit`, raises
+    KeyboardInterrupt as a Ctrl-C would."""
+
+    def __init__(self, monkeypatch, limit=None):
+        import spot.build.train_drafter as td
+
+        self.calls, self.limit, real = 0, limit, td.order_loss
+
+        def loss(*a, **k):
+            self.calls += 1
+            if self.limit is not None and self.calls > self.limit:
+                raise KeyboardInterrupt
+            return real(*a, **k)
+
+        monkeypatch.setattr(td, "order_loss", loss)
+
+
 def test_item1_drafter_training_resumes_to_the_same_weights(tmp_path, monkeypatch):
     """Interrupted at step 7, a run has checkpointed step 4 into --out; the same call again resumes there (8 more
     steps, not 12) and ends with exactly the weights and history of an uninterrupted run; the checkpoint is gone."""
-    import spot.build.train_drafter as td
-
     full = _train(tmp_path / "full")
-    calls, real = [], td.order_loss
-
-    def counting(*a, **k):
-        calls.append(1)
-        if limit is not None and len(calls) > limit:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(td, "order_loss", counting)
-    limit = 7
+    spy = _LossSpy(monkeypatch, limit=7)
     with pytest.raises(KeyboardInterrupt):
         _train(tmp_path / "resumed")
     assert (tmp_path / "resumed" / "checkpoint.safetensors").is_file()
     assert not (tmp_path / "resumed" / "drafter.safetensors").exists()
-    calls.clear()
-    limit = None
+    spy.calls, spy.limit = 0, None
     resumed = _train(tmp_path / "resumed")
-    assert len(calls) == 12 - 4
+    assert spy.calls == 12 - 4
     a, b = load_order_model(tmp_path / "full"), load_order_model(tmp_path / "resumed")
     for k, v in a.state_dict().items():
         assert torch.equal(b.state_dict()[k], v), k
@@ -155,17 +161,7 @@ def test_item1_drafter_training_resumes_to_the_same_weights(tmp_path, monkeypatc
 
 def test_item1_drafter_refuses_another_runs_checkpoint(tmp_path, monkeypatch):
     """A checkpoint left by a run with other settings is not silently mixed into this one."""
-    import spot.build.train_drafter as td
-
-    real, calls = td.order_loss, []
-
-    def interrupted_at_step_6(*a, **k):
-        calls.append(1)
-        if len(calls) > 5:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(td, "order_loss", interrupted_at_step_6)
+    _LossSpy(monkeypatch, limit=5)
     with pytest.raises(KeyboardInterrupt):
         _train(tmp_path / "d")
     monkeypatch.undo()
@@ -176,23 +172,13 @@ def test_item1_drafter_refuses_another_runs_checkpoint(tmp_path, monkeypatch):
 def test_item1_build_drafter_command_resumes(tmp_path, monkeypatch):
     """`spot build drafter`, interrupted and run again with the same arguments, writes the weights of an
     uninterrupted run."""
-    import spot.build.train_drafter as td
-
     (tmp_path / "data").mkdir()
     save_file(synthetic_shard(12, 8, seed=4), str(tmp_path / "data" / "traj-B8-T0.safetensors"),
               metadata={"block_size": "8", "temperature": "0", "seed": "0"})
     args = ["build", "drafter", "--data", str(tmp_path / "data"), "--steps", "10", "--batch-size", "8",
             "--eval-every", "5", "--checkpoint-every", "3", "--heldout-every", "3", "--quiet"]
     assert main([*args, "--out", str(tmp_path / "full")]) == 0
-    real, calls = td.order_loss, []
-
-    def interrupted_at_step_8(*a, **k):
-        calls.append(1)
-        if len(calls) > 7:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(td, "order_loss", interrupted_at_step_8)
+    _LossSpy(monkeypatch, limit=7)
     with pytest.raises(KeyboardInterrupt):
         main([*args, "--out", str(tmp_path / "resumed")])
     monkeypatch.undo()
