@@ -7,10 +7,17 @@ from `spot_kernels.tree_mask`) and training (the clean/noisy concatenation of bl
 The compute dtype may differ from the weights' dtype (`forward(compute_dtype=...)`): a bfloat16 or float16 model
 is run in float32 from its half-precision weights, each weight cast exactly when it is used, so every row of a
 pass goes through float32 reductions whose order does not depend on the other rows (docs/half_precision.md).
+
+`forward(kernels="triton")` runs the projections, the LM head and the norms through the batch-invariant Triton
+kernels of `spot_kernels.triton.batch_invariant` and the node attention through the Triton `tree_attention`: the
+GPU path whose per-row results do not depend on the number of rows (cuBLAS's and PyTorch's may). The default,
+"torch", is the path above, unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
@@ -66,6 +73,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _KERNELS.get() == "triton":
+            return _triton_kernels().rms_norm(x, self.weight, self.eps)
         return self.weight.to(x.dtype) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
@@ -77,9 +86,37 @@ class RMSNorm(nn.Module):
 LINEAR_ROWS = 16
 
 
+# ------------------------------------------------------------------------------------- the Triton kernel path
+# Which kernels the projections, norms and node attention of the running forward use: "torch" (the default path,
+# CPU padding included) or "triton" (spot_kernels.triton.batch_invariant and the Triton tree_attention, for CUDA
+# tensors, or CPU tensors under TRITON_INTERPRET=1). Set for the duration of one `BlockDiffusionLM.forward`.
+KERNELS = ("torch", "triton")
+_KERNELS: contextvars.ContextVar[str] = contextvars.ContextVar("spot_model_kernels", default="torch")
+
+
+def _triton_kernels():
+    from spot_kernels.triton import batch_invariant  # imported on first use: Triton is optional
+
+    return batch_invariant
+
+
+@contextlib.contextmanager
+def use_kernels(kernels: str):
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+    token = _KERNELS.set(kernels)
+    try:
+        yield
+    finally:
+        _KERNELS.reset(token)
+# ----------------------------------------------------------------------------------------------------------------
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """x @ weight.T in x's dtype (the weight is cast exactly when its dtype differs): the row-invariant
     projection every layer of `BlockDiffusionLM` uses."""
+    if _KERNELS.get() == "triton":  # the weight is upcast inside the kernel
+        return _triton_kernels().linear(x, weight)
     weight = weight.to(x.dtype)
     if x.device.type != "cpu":
         return F.linear(x, weight)
@@ -205,14 +242,26 @@ class Attention(nn.Module):
         q_nodes = qh[:, :, num_new:].reshape(b, hq, n, B, hd)
         k_nodes, v_nodes = keys[:, :, prefix:].unflatten(2, (n, B)), values[:, :, prefix:].unflatten(2, (n, B))
         padded = n
-        if qh.device.type == "cpu":
+        triton_path = _KERNELS.get() == "triton"
+        if qh.device.type == "cpu" and not triton_path:
             # The op multiplies the n * B query rows of a head at once: pad with all-zero nodes (they see only
             # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads.
             while (padded * B) % LINEAR_ROWS:
                 padded += 1
             q_nodes, k_nodes, v_nodes = (F.pad(t, (0, 0, 0, 0, 0, padded - n)) for t in (q_nodes, k_nodes, v_nodes))
-        nodes = spot_kernels.tree_attention(q_nodes, keys[:, :, :prefix], values[:, :, :prefix], k_nodes, v_nodes,
-                                            tree.key_start)
+        k_prefix, v_prefix = keys[:, :, :prefix], values[:, :, :prefix]
+        if triton_path and B & (B - 1):
+            # The Triton kernel streams the node-local keys of a tile of query rows (which may span several nodes)
+            # in BLOCK_N-key steps from the tile's first node: when B is not a power of two, a node's keys are cut
+            # into other steps depending on where the node sits, and its online softmax rounds otherwise (measured
+            # under the interpreter: 6e-8 in float32 for B = 3, 5, 6). One call per node is invariant by
+            # construction (the node is then alone in its call); a power-of-two B is checked invariant batched.
+            nodes = torch.cat([spot_kernels.tree_attention(q_nodes[:, :, j:j + 1], k_prefix, v_prefix,
+                                                           k_nodes[:, :, j:j + 1], v_nodes[:, :, j:j + 1],
+                                                           tree.key_start, backend="triton") for j in range(n)], dim=2)
+        else:
+            nodes = spot_kernels.tree_attention(q_nodes, k_prefix, v_prefix, k_nodes, v_nodes, tree.key_start,
+                                                backend="triton" if triton_path else "auto")
         parts.append(nodes[:, :, :n].reshape(b, hq, n * B, hd))
         return torch.cat(parts, dim=2)
 
@@ -259,7 +308,8 @@ class BlockDiffusionLM(nn.Module):
             nn.init.normal_(module.weight, std=0.02)
 
     def forward(self, input_ids, positions, mask, cache: KVCache | None = None, num_new: int = 0,
-                logits_from: int = 0, tree: TreeLayout | None = None, compute_dtype: torch.dtype | None = None):
+                logits_from: int = 0, tree: TreeLayout | None = None, compute_dtype: torch.dtype | None = None,
+                kernels: str = "torch"):
         """input_ids, positions [b, q]; mask bool [b, 1, q, cache.length + q] (True = attend).
 
         tree: when the last q - num_new tokens are `tree.num_nodes` copies of a block (a verification pass),
@@ -269,7 +319,13 @@ class BlockDiffusionLM(nn.Module):
         With a cache, the first `num_new` tokens are written to it after the pass (in the cache's dtype). Returns
         logits [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens) in `compute_dtype`, the
         dtype of every activation and reduction (default: the weights' dtype; weights are cast exactly on use).
+
+        kernels: "torch" (default) or "triton", the batch-invariant Triton path (module docstring).
         """
+        with use_kernels(kernels):
+            return self._forward(input_ids, positions, mask, cache, num_new, logits_from, tree, compute_dtype)
+
+    def _forward(self, input_ids, positions, mask, cache, num_new, logits_from, tree, compute_dtype):
         x = self.embed(input_ids)
         if compute_dtype is not None:
             x = x.to(compute_dtype)

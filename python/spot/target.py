@@ -16,7 +16,7 @@ import torch
 
 import spot_kernels
 
-from .model import BlockDiffusionLM, KVCache, TreeLayout
+from .model import KERNELS, BlockDiffusionLM, KVCache, TreeLayout
 
 
 class Session(ABC):
@@ -103,26 +103,58 @@ class ModelTarget(Target):
     model computes natively, as before, and is not batch-invariant (decoding then warns); float32 there narrows
     the variation without removing it. Passing the half dtype on a CPU computes natively too (faster on CPUs
     with bfloat16 matrix units, not batch-invariant).
+
+    kernels: "auto" (default), "torch" or "triton". "triton" runs every pass through the batch-invariant Triton
+    kernels (`BlockDiffusionLM.forward(kernels="triton")`), computing in float32 by default; "auto" takes it for a
+    bfloat16 or float16 model on a GPU when Triton is importable, else "torch" (the CPU path, unchanged). On CPU
+    tensors "triton" needs TRITON_INTERPRET=1 (Triton's interpreter: slow, for tests).
     """
 
-    def __init__(self, model: BlockDiffusionLM, tokenizer=None, *, compute_dtype: torch.dtype | None = None):
+    def __init__(self, model: BlockDiffusionLM, tokenizer=None, *, compute_dtype: torch.dtype | None = None,
+                 kernels: str = "auto"):
+        if kernels not in ("auto",) + KERNELS:
+            raise ValueError(f"kernels must be one of {('auto',) + KERNELS}, got {kernels!r}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         cfg = model.cfg
         self.vocab_size, self.mask_id, self.eos_id, self.pad_id = cfg.vocab_size, cfg.mask_id, cfg.eos_id, cfg.pad_id
         self._compute_dtype = compute_dtype
+        self._kernels = kernels
+
+    @property
+    def kernels(self) -> str:
+        """The kernels every pass uses, "torch" or "triton" (resolved from the constructor's `kernels` for the
+        model's current device and dtype)."""
+        if self._kernels == "auto":
+            auto = (self.device.type == "cuda" and self.dtype in HALF_DTYPES
+                    and spot_kernels.backends.triton_importable())
+            return "triton" if auto else "torch"
+        if self._kernels == "triton":
+            if self.dtype == torch.float64 or self.compute_dtype == torch.float64:
+                raise ValueError("kernels='triton': the Triton kernels take float32/float16/bfloat16, not float64")
+            if self.device.type != "cuda" and not (self.device.type == "cpu"
+                                                   and os.environ.get("TRITON_INTERPRET", "") == "1"):
+                raise ValueError(f"kernels='triton' needs CUDA tensors or TRITON_INTERPRET=1, got {self.device}")
+        return self._kernels
 
     @property
     def compute_dtype(self) -> torch.dtype:
         if self._compute_dtype is not None:
             return self._compute_dtype
-        return torch.float32 if self.dtype in HALF_DTYPES and self.device.type == "cpu" else self.dtype
+        if self.dtype in HALF_DTYPES and (self.device.type == "cpu" or self.kernels == "triton"):
+            return torch.float32
+        return self.dtype
 
     @property
     def batch_invariant(self) -> bool:
         """Verified on CPU for float32/float64 compute (every half-precision model by default): row-invariant
-        projections (`model.linear`), per-row norms and the per-node `tree_attention`. Not claimed on GPUs, whose
-        matrix-multiply kernels may change with the number of rows."""
+        projections (`model.linear`), per-row norms and the per-node `tree_attention`. With kernels "triton" (by
+        default a half-precision model on a GPU), claimed for float32 compute: fixed-order Triton projections and
+        norms (spot_kernels.triton.batch_invariant) and the Triton tree_attention, checked under the Triton
+        interpreter only (docs/half_precision.md, "GPUs"). Not claimed on GPUs otherwise, whose matrix-multiply
+        kernels may change with the number of rows."""
+        if self.kernels == "triton":
+            return self.compute_dtype == torch.float32
         return self.device.type == "cpu" and self.compute_dtype in (torch.float32, torch.float64)
 
     @property
@@ -178,7 +210,8 @@ class ModelSession(Session):
         positions = spot_kernels.tree_position_ids(self.key_start, **shape)
         ids = torch.cat((self.pending, nodes.reshape(b, n * B)), dim=1)
         logits = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
-                                   tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype)
+                                   tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype,
+                                   kernels=self.target.kernels)
         self.pending = self.pending[:, :0]
         self.passes += 1
         return logits.view(b, n, B, -1)
