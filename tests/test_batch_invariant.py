@@ -168,6 +168,24 @@ def test_kernel_choice():
         _ = ModelTarget(sharp_target().model, kernels="triton").kernels
     with pytest.raises(ValueError, match="kernels"):
         ModelTarget(cpu.model, kernels="cublas")
+    with pytest.raises(ValueError, match="float64"):
+        _ = ModelTarget(cpu.model, kernels="triton", compute_dtype=torch.float64).kernels
+
+
+class _OnCuda(ModelTarget):
+    """A CPU model that reports a CUDA device: how a GPU target resolves its kernels (nothing is run)."""
+
+    device = property(lambda self: torch.device("cuda"))
+
+
+@pytest.mark.parametrize("kernels", ["auto", "triton"])
+def test_half_model_on_a_gpu_resolves_to_the_triton_path(kernels):
+    target = _OnCuda(sharp_target(dtype=torch.bfloat16).model, kernels=kernels)
+    assert target.kernels == "triton" and target.compute_dtype == torch.float32 and target.batch_invariant
+    native = _OnCuda(target.model, kernels="torch")
+    assert native.compute_dtype == torch.bfloat16 and not native.batch_invariant  # as before
+    assert _OnCuda(sharp_target(dtype=torch.float32).model).kernels == "torch"  # auto: half models only
+    assert not _OnCuda(target.model, kernels=kernels, compute_dtype=torch.bfloat16).batch_invariant
 
 
 # ------------------------------------------------------------------------------- on a GPU only (never run here)

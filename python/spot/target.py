@@ -99,10 +99,10 @@ class ModelTarget(Target):
 
     compute_dtype: the dtype of every pass's activations, reductions and logits. By default float32 for a
     bfloat16 or float16 model on a CPU (weights stay in half precision and are cast exactly when used, so the
-    passes are batch-invariant and decoding stays exact), else the weights' dtype: on a GPU a half-precision
-    model computes natively, as before, and is not batch-invariant (decoding then warns); float32 there narrows
-    the variation without removing it. Passing the half dtype on a CPU computes natively too (faster on CPUs
-    with bfloat16 matrix units, not batch-invariant).
+    passes are batch-invariant and decoding stays exact) or on the Triton path (`kernels`, below), else the
+    weights' dtype: on a GPU with kernels="torch" a half-precision model computes natively and is not
+    batch-invariant (decoding then warns); float32 there narrows the variation without removing it. Passing the
+    half dtype on a CPU computes natively too (faster on CPUs with bfloat16 matrix units, not batch-invariant).
 
     kernels: "auto" (default), "torch" or "triton". "triton" runs every pass through the batch-invariant Triton
     kernels (`BlockDiffusionLM.forward(kernels="triton")`), computing in float32 by default; "auto" takes it for a
@@ -130,7 +130,7 @@ class ModelTarget(Target):
                     and spot_kernels.backends.triton_importable())
             return "triton" if auto else "torch"
         if self._kernels == "triton":
-            if self.dtype == torch.float64 or self.compute_dtype == torch.float64:
+            if torch.float64 in (self.dtype, self._compute_dtype):  # not self.compute_dtype: it reads kernels
                 raise ValueError("kernels='triton': the Triton kernels take float32/float16/bfloat16, not float64")
             if self.device.type != "cuda" and not (self.device.type == "cpu"
                                                    and os.environ.get("TRITON_INTERPRET", "") == "1"):
