@@ -90,7 +90,7 @@ def test_hand_built_cases():
     assert out.num_accepted.tolist() == [1] and out.accepted_pos.tolist() == [[2]]
     assert out.new_block.tolist() == [[9, 9, 5, 9, 9, 9]]
     # Root without a commit (no masked position): nothing is accepted below it.
-    out = check(*batch([([-1, 0], [0, 3], [0, 4], [-1, 3], [-1, 4])], block))
+    out = check(*batch([([-1, 0], [0, 3], [0, 4], [-1, 4], [-1, 4])], block))
     assert out.num_accepted.tolist() == [0] and out.last_node.tolist() == [0]
     assert out.new_block.tolist() == block
     # Miss at depth 2: node 2's draft differs from node 1's target commit.
@@ -98,7 +98,7 @@ def test_hand_built_cases():
     out = check(*batch([tree], block))
     assert out.last_node.tolist() == [1] and out.accepted_pos.tolist() == [[1, 3, -1, -1]]
     # Two identical accepted siblings: the deepest tie goes to the lowest index.
-    tree = ([-1, 0, 0, 2], [0, 1, 1, 0], [0, 10, 10, 0], [1, 2, 4, 0], [10, 20, 40, 0])
+    tree = ([-1, 0, 0, 2], [0, 1, 1, 0], [0, 10, 10, 0], [1, 2, 4, 5], [10, 20, 40, 0])
     out = check(*batch([tree], block))
     assert out.last_node.tolist() == [1]
     # An inactive node (parent -1) is never accepted, nor are its children.
@@ -233,7 +233,7 @@ def test_verify_tree_at_scale(backend):
 @pytest.mark.parametrize("shape", [(1, 1, 4), (7, 2, 3), (64, 9, 8), (16, 40, 32), (0, 3, 4)])
 def test_verify_tree_random(backend, shape):
     b, n, width = shape
-    args = random_trees(b, n, width, seed=b * 1000 + n, hit=0.8, vocab=3)
+    args = random_trees(b, n, width, seed=b * 1000 + n + 1, hit=0.8, vocab=3)  # seed: every shape accepts some
     out, ref = backend.both("verify_tree", *args)
     out = spot_kernels.VerifyOutput(*out)
     for a, r in zip(out, ref):
