@@ -126,9 +126,11 @@ def _check_each_position_committed_once(op, parents, draft_pos, target_pos, node
         up = up.repeat_interleave(words, 0)
     parent_of = up
     drafted = bit_d  # drafted[:, i] covers i and its ancestors below up[:, i] (a top node's bits are 0)
-    for _ in range(max(n - 1, 1).bit_length()):
+    rounds = max(n - 1, 1).bit_length()
+    for k in range(rounds):
         drafted = drafted | drafted.gather(1, up)
-        up = up.gather(1, up)
+        if k + 1 < rounds:
+            up = up.gather(1, up)
     again = drafted.gather(1, parent_of) & bit_d  # drafted by a strict ancestor, and again by the node
     onto = drafted & bit_t
     if not bool(((again | onto) != 0).any()):  # (an int64 .any() is a slow reduction)
