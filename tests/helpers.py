@@ -212,40 +212,87 @@ def children_inputs(frontier, block, top, k, pdt=torch.float32, qdt=torch.float3
 
 
 def random_tree(rng, n, width, vocab=5, p_inactive=0.1, p_match=0.7):
-    """One row as Python lists, for the brute-force oracle: drafts often equal the parent's target commit, so deep
-    chains get accepted. Returns (parents, draft_pos, draft_tokens, target_pos, target_tokens)."""
-    parents = [-1] + [(-1 if rng.random() < p_inactive else rng.randrange(i)) for i in range(1, n)]
-    target_pos = [rng.randrange(-1, width) if rng.random() < 0.15 else rng.randrange(width) for _ in range(n)]
-    target_tok = [rng.randrange(vocab) for _ in range(n)]
-    draft_pos, draft_tok = [], []
+    """One valid row as Python lists, for the brute-force oracle: drafts often equal the parent's target commit, so
+    deep chains get accepted. Returns (parents, draft_pos, draft_tokens, target_pos, target_tokens).
+
+    Valid as spot::verify_tree requires: no path commits a block position twice. Nodes are drawn in order, each
+    keeping the positions committed on its path (its own draft and its ancestors'); a draft takes a position not yet
+    committed on the parent's path, a target one not committed on the node's own path (-1 when none is left). A node
+    whose drawn parent has a full path (every position committed) hangs from the grandparent instead."""
+    parents, draft_pos, draft_tok, target_pos, target_tok = [], [], [], [], []
+    committed = []  # committed[i]: the positions drafted on the root -> i path (empty for inactive nodes)
     for i in range(n):
-        par = parents[i]
-        if i > 0 and par >= 0 and target_pos[par] >= 0 and rng.random() < p_match:
-            draft_pos.append(target_pos[par])
-            draft_tok.append(target_tok[par])
+        par = -1 if i == 0 or rng.random() < p_inactive else rng.randrange(i)
+        if par >= 0 and len(committed[par]) == width:
+            par = parents[par]  # a full path is at depth `width`: its parent's path has one free position
+        parents.append(par)
+        if par >= 0:
+            if target_pos[par] >= 0 and rng.random() < p_match:
+                pos, tok = target_pos[par], target_tok[par]
+            else:
+                pos = rng.choice([p for p in range(width) if p not in committed[par]])
+                tok = rng.randrange(vocab)
+            committed.append(committed[par] | {pos})
         else:
-            draft_pos.append(rng.randrange(width))
-            draft_tok.append(rng.randrange(vocab))
-    target_tok = [t if p >= 0 else rng.choice([-1, t]) for p, t in zip(target_pos, target_tok)]
+            pos, tok = rng.randrange(width), rng.randrange(vocab)  # the root's (or an inactive node's) draft is unused
+            committed.append(frozenset())
+        draft_pos.append(pos)
+        draft_tok.append(tok)
+        free = [p for p in range(width) if p not in committed[i]]
+        t = rng.choice(free) if free and rng.random() >= 0.15 else rng.choice([-1] + free)
+        target_pos.append(t)
+        tok = rng.randrange(vocab)
+        target_tok.append(tok if t >= 0 else rng.choice([-1, tok]))
     return parents, draft_pos, draft_tok, target_pos, target_tok
 
 
 def random_trees(batch, nodes, block, seed=0, hit=0.6, p_inactive=0.05, vocab=50, device="cpu"):
-    """Every argument of spot::verify_tree for `batch` random trees of `nodes` nodes, as tensors: a draft equals its
-    parent's target commit with probability `hit`, else it is a valid position that misses."""
-    g, kw = _generator(seed, device)
-    node = torch.arange(nodes, device=device)
-    parents = (torch.rand(batch, nodes, **kw) * node).long().where(node > 0, -1)
-    parents = torch.where(torch.rand(batch, nodes, **kw) < p_inactive, -1, parents)  # inactive nodes
-    parents[:, 0] = -1
-    target_pos = torch.randint(-1, block, (batch, nodes), **kw)
+    """Every argument of spot::verify_tree for `batch` random valid trees of `nodes` nodes, as tensors: a draft equals
+    its parent's target commit with probability `hit`, else it is a valid position that misses.
+
+    Valid as spot::verify_tree requires: no path commits a block position twice (the generator of random_tree, drawn
+    node by node and vectorised over the batch). A draft that misses takes a position not committed on the parent's
+    path other than the parent's target commit (the hit when that is the only one left); a target takes -1 with
+    probability 1 / (block + 1), else a position not committed on the node's path (-1 when none is left). Drawn on
+    the CPU (the node loop is host work), then moved to `device`."""
+    g, kw = _generator(seed, "cpu")
+    node = torch.arange(nodes)
+    ar = torch.arange(batch)
+    drawn = (torch.rand(batch, nodes, **kw) * node).long().where(node > 0, -1)
+    drawn = torch.where(torch.rand(batch, nodes, **kw) < p_inactive, -1, drawn)  # inactive nodes
+    hits = torch.rand(batch, nodes, **kw) < hit
+    no_target = torch.rand(batch, nodes, **kw) < 1 / (block + 1)
+    miss_noise = torch.rand(batch, nodes, block, **kw)
+    target_noise = torch.rand(batch, nodes, block, **kw)
     target_tok = torch.randint(0, vocab, (batch, nodes), **kw)
-    parent_pos = target_pos.gather(1, parents.clamp(min=0))
-    hits = (torch.rand(batch, nodes, **kw) < hit) & (parent_pos >= 0)
-    draft_pos = torch.where(hits, parent_pos, (parent_pos + 1) % block)  # always a valid block position
+    parents = torch.full((batch, nodes), -1, dtype=I64)
+    draft_pos = torch.zeros(batch, nodes, dtype=I64)
+    target_pos = torch.full((batch, nodes), -1, dtype=I64)
+    committed = torch.zeros(batch, nodes, block, dtype=torch.bool)  # positions drafted on the root -> i path
+    positions = torch.arange(block)
+    for i in range(nodes):
+        par = drawn[:, i]
+        if i > 0:
+            pc = par.clamp(min=0)
+            full = committed[ar, pc].all(-1) & (par >= 0)
+            par = torch.where(full, parents[ar, pc], par)  # a full path: hang from the grandparent (one free slot)
+            pc = par.clamp(min=0)
+            taken = committed[ar, pc]
+            parent_target = target_pos[ar, pc]
+            miss_ok = ~taken & (positions != parent_target[:, None])
+            miss = torch.where(miss_ok, miss_noise[:, i], -1.0).argmax(-1)
+            hit_i = (parent_target >= 0) & (hits[:, i] | ~miss_ok.any(-1))
+            draft_pos[:, i] = torch.where(hit_i, parent_target, miss)
+            parents[:, i] = par
+            own = torch.nn.functional.one_hot(draft_pos[:, i], block).bool()
+            committed[:, i] = (taken | own) & (par >= 0)[:, None]
+        free = ~committed[:, i]
+        pick = torch.where(free, target_noise[:, i], -1.0).argmax(-1)
+        target_pos[:, i] = torch.where(no_target[:, i] | ~free.any(-1), -1, pick)
     draft_tok = target_tok.gather(1, parents.clamp(min=0))
     block_state = torch.randint(0, vocab, (batch, block), **kw)
-    return parents, draft_pos, draft_tok, target_pos, target_tok, block_state
+    out = parents, draft_pos, draft_tok, target_pos, target_tok, block_state
+    return tuple(t.to(device) for t in out)
 
 
 def random_tree_configs(count, seed=0):

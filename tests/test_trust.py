@@ -4,6 +4,8 @@
 4. block_size > max_new_tokens is refused unless asked for (a block is decoded whole).
 5. `spot bench` refuses to benchmark nothing, and checks --json before decoding.
 6. Weights and configs are checked at load time, errors naming the file and the field.
+7. `verify_tree` refuses a tree whose path commits a block position twice (a draft repeating an ancestor's, or a
+   target commit onto a drafted position).
 8. Every bad input of `generate` and the command line gets a clear error naming the argument (or file).
 """
 
@@ -340,6 +342,34 @@ def test_item6_random_target_config_is_checked(target):
 
 def test_shipped_weights_pass_the_load_checks():
     assert load_target().vocab_size > 0 and spot.load_drafter().model.cfg.n_heads > 0
+
+
+# ---- 7. verify_tree: each position committed once on a path ---------------------------------------------------------
+
+def test_item7_verify_tree_rejects_a_position_committed_twice():
+    import spot_kernels
+
+    def tree(draft_pos, target_pos):
+        t = torch.tensor
+        return (t([[-1, 0, 1]]), t([draft_pos]), t([[0, 10, 20]]), t([target_pos]), t([[10, 20, 30]]),
+                torch.zeros(1, 4, dtype=torch.int64))
+
+    # (a) node 2 drafts position 1 again, below node 1 which drafted it
+    repeated_draft = tree([0, 1, 1], [1, 2, 3])
+    # (b) node 1's target commits position 1 onto its own draft: accepted, it gave num_accepted = 2 and one entry
+    onto_own = tree([0, 1, 2], [1, 1, 3])
+    # (b) node 2's target commits position 1, drafted by its ancestor node 1
+    onto_ancestor = tree([0, 1, 2], [1, 2, 1])
+    for op in (spot_kernels.verify_tree, torch.ops.spot.verify_tree):
+        for backend in ("auto", "reference"):
+            with pytest.raises(ValueError, match=r"draft_pos .*node 2 .*ancestor node 1"):
+                op(*repeated_draft, backend=backend)
+            with pytest.raises(ValueError, match=r"target_pos .*node 1 has target_pos = 1, drafted by node 1 itself"):
+                op(*onto_own, backend=backend)
+            with pytest.raises(ValueError, match=r"target_pos .*node 2 .*ancestor node 1"):
+                op(*onto_ancestor, backend=backend)
+            out = op(*tree([0, 1, 2], [1, 2, 3]), backend=backend)  # every position once: accepted whole
+            assert out[2].tolist() == [3] and out[3].tolist() == [[0, 10, 20, 30]]
 
 
 # ---- 8. inputs of generate and the command line ---------------------------------------------------------------------

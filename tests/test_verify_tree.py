@@ -90,7 +90,7 @@ def test_hand_built_cases():
     assert out.num_accepted.tolist() == [1] and out.accepted_pos.tolist() == [[2]]
     assert out.new_block.tolist() == [[9, 9, 5, 9, 9, 9]]
     # Root without a commit (no masked position): nothing is accepted below it.
-    out = check(*batch([([-1, 0], [0, 3], [0, 4], [-1, 3], [-1, 4])], block))
+    out = check(*batch([([-1, 0], [0, 3], [0, 4], [-1, 4], [-1, 4])], block))
     assert out.num_accepted.tolist() == [0] and out.last_node.tolist() == [0]
     assert out.new_block.tolist() == block
     # Miss at depth 2: node 2's draft differs from node 1's target commit.
@@ -98,7 +98,7 @@ def test_hand_built_cases():
     out = check(*batch([tree], block))
     assert out.last_node.tolist() == [1] and out.accepted_pos.tolist() == [[1, 3, -1, -1]]
     # Two identical accepted siblings: the deepest tie goes to the lowest index.
-    tree = ([-1, 0, 0, 2], [0, 1, 1, 0], [0, 10, 10, 0], [1, 2, 4, 0], [10, 20, 40, 0])
+    tree = ([-1, 0, 0, 2], [0, 1, 1, 0], [0, 10, 10, 0], [1, 2, 4, 5], [10, 20, 40, 0])
     out = check(*batch([tree], block))
     assert out.last_node.tolist() == [1]
     # An inactive node (parent -1) is never accepted, nor are its children.
@@ -172,6 +172,58 @@ def test_inactive_nodes_are_not_range_checked():
     assert spot_kernels.verify_tree(*args).num_accepted.tolist() == [2]
 
 
+@pytest.mark.parametrize(
+    "tree,match",
+    [
+        # node 2 drafts position 1 again, below node 1 which drafted it
+        (([-1, 0, 1], [0, 1, 1], [0, 10, 20], [1, 2, 3], [10, 20, 30]),
+         r"draft_pos repeats.*node 2 has draft_pos = 1, drafted by its ancestor node 1"),
+        # deeper: node 3 repeats the root's child's draft two levels up
+        (([-1, 0, 1, 2], [0, 1, 2, 1], [0, 10, 20, 30], [1, 2, 3, 4], [10, 20, 30, 40]),
+         r"draft_pos repeats.*node 3 has draft_pos = 1, drafted by its ancestor node 1"),
+        # node 1's target commits the position its own draft committed (accepted: 2 commits, 1 block entry)
+        (([-1, 0], [0, 1], [0, 10], [1, 1], [10, 20]), r"target_pos is a position already committed.*"
+         r"node 1 has target_pos = 1, drafted by node 1 itself"),
+        # node 2's target commits the position its ancestor drafted
+        (([-1, 0, 1], [0, 1, 2], [0, 10, 20], [1, 2, 1], [10, 20, 30]),
+         r"target_pos is a position already committed.*node 2 has target_pos = 1, drafted by its ancestor node 1"),
+    ],
+)
+def test_a_position_committed_twice_on_a_path_is_refused(tree, match):
+    """Every block position is committed at most once on a path (docs/ops.md): the check refuses, before any kernel,
+    a draft that repeats an ancestor's draft and a target commit onto a position drafted on the node's path."""
+    with pytest.raises(ValueError, match=match):
+        spot_kernels.verify_tree(*batch([tree], [[0] * 6]))
+    n = len(tree[0])
+    chain = (list(range(-1, n - 1)), list(range(n)), list(range(n)), list(range(1, n + 1)), list(range(1, n + 1)))
+    rows = batch([chain, tree], [[0] * 6] * 2)  # a valid row first: the offending row is named
+    with pytest.raises(ValueError, match=match.replace(".*node", ".*row 1, node")):
+        torch.ops.spot.verify_tree(*rows)
+    assert torch.ops.spot.verify_tree(*batch([chain], [[0] * 6]))[2].tolist() == [n]
+
+
+def test_positions_repeat_across_paths_not_along_one():
+    """Siblings may draft the same position; a node below an inactive node starts a path of its own (the inactive
+    node's draft is not a commit); the root's draft_pos is ignored."""
+    tree = ([-1, 0, 0, -1, 3], [4, 1, 1, 2, 2], [0, 10, 11, 0, 20], [1, 2, 2, 5, 3], [10, 20, 20, 0, 30])
+    out = check(*batch([tree], [[0] * 6]))
+    assert out.last_node.tolist() == [1] and out.num_accepted.tolist() == [2]
+
+
+@pytest.mark.parametrize("width", [1, 63, 64, 65, 130])
+def test_path_check_at_every_word_count(width):
+    """The check holds positions as bit sets of 64-position words: valid trees pass at every width, and a position
+    committed twice is found in the last word."""
+    args = random_trees(8, 40, width, seed=width, hit=0.7)
+    spot_kernels.verify_tree(*args)
+    last = width - 1
+    repeated_draft = ([-1, 0, 1], [0, last, last], [0, 1, 1], [-1, -1, -1], [-1, -1, -1])
+    onto_own_draft = ([-1, 0], [0, last], [0, 1], [-1, last], [-1, 1])
+    for tree, name in ((repeated_draft, "draft_pos"), (onto_own_draft, "target_pos")):
+        with pytest.raises(ValueError, match=f"{name} .*= {last}, drafted by"):
+            spot_kernels.verify_tree(*batch([tree], [[0] * width]))
+
+
 def test_unknown_backend():
     with pytest.raises(ValueError, match="backend"):
         spot_kernels.verify_tree(*good(), backend="gpu")
@@ -233,7 +285,7 @@ def test_verify_tree_at_scale(backend):
 @pytest.mark.parametrize("shape", [(1, 1, 4), (7, 2, 3), (64, 9, 8), (16, 40, 32), (0, 3, 4)])
 def test_verify_tree_random(backend, shape):
     b, n, width = shape
-    args = random_trees(b, n, width, seed=b * 1000 + n, hit=0.8, vocab=3)
+    args = random_trees(b, n, width, seed=b * 1000 + n + 1, hit=0.8, vocab=3)  # seed: every shape accepts some
     out, ref = backend.both("verify_tree", *args)
     out = spot_kernels.VerifyOutput(*out)
     for a, r in zip(out, ref):

@@ -42,6 +42,12 @@ def verify_tree(
             and its token); -1 = none.
         block: [b, B] int64, the root's block state.
         backend: see spot_kernels.ops.
+
+    Each block position is committed at most once on a path: a node's draft_pos must not repeat a position drafted
+    by an ancestor, and its target_pos must not be a position drafted on its path (by the node itself or an
+    ancestor); either raises ValueError (value checks: CPU always, CUDA with SPOT_CHECK_VALUES=1). The op has no
+    mask, so positions committed before the root (not masked in `block`) are invisible to it: the caller drafts and
+    scores masked positions only (the decoder does).
     Returns:
         VerifyOutput(accepted_pos [b, N], accepted_tokens [b, N] (commits in order, -1 padded),
         num_accepted [b], new_block [b, B] (block with the commits written in), last_node [b] (deepest accepted
@@ -87,7 +93,61 @@ def check(parents, draft_pos, draft_tokens, target_pos, target_tokens, block, *,
                         "a block position or -1, for every active node")
         checks.at_least(op, "target_tokens", torch.where(active & (target_pos >= 0), target_tokens, 0), 0,
                         "a token id wherever target_pos >= 0")
+        _check_each_position_committed_once(op, parents, draft_pos, target_pos, node, child, active, width)
     return device
+
+
+def _check_each_position_committed_once(op, parents, draft_pos, target_pos, node, child, active, width) -> None:
+    """No path commits a block position twice: a node's draft_pos is not drafted by an ancestor on its path, and its
+    target_pos is not drafted on its path (by the node itself or an ancestor).
+
+    drafted[r, i] = the positions drafted on the root -> i path (i included; none for inactive nodes) as a bit set of
+    ceil(B / 64) int64 words, by pointer jumping over the parents: ceil(log2 N) rounds of O(b N ceil(B / 64)), a
+    fixed op count and no host synchronisation unless a position is committed twice.
+    """
+    b, n = parents.shape
+    if width == 0 or b == 0:
+        return  # no node can draft (the range checks passed), so nothing is committed twice
+    commits = active & (target_pos >= 0)
+    up = torch.where(child, parents, node)  # node = arange(N) per row; a path's top node points to itself
+    if width <= 64:  # one word; draft_pos is a position wherever child, target_pos wherever commits
+        bit_d = torch.where(child, 1 << draft_pos, 0)  # node i's draft as a bit set (0: none)
+        bit_t = torch.where(commits, 1 << target_pos, 0)
+    else:  # ceil(B / 64) words: row r * words + w holds word w of row r
+        words = (width + 63) // 64
+        word = torch.arange(words, device=parents.device)
+
+        def bits(pos, where):
+            pos = pos.clamp(0, width - 1)[..., None]
+            one = torch.where(where[..., None] & (pos >> 6 == word), 1 << (pos & 63), 0)
+            return one.permute(0, 2, 1).reshape(b * words, n)
+
+        bit_d, bit_t = bits(draft_pos, child), bits(target_pos, commits)
+        up = up.repeat_interleave(words, 0)
+    parent_of = up
+    drafted = bit_d  # drafted[:, i] covers i and its ancestors below up[:, i] (a top node's bits are 0)
+    rounds = max(n - 1, 1).bit_length()
+    for k in range(rounds):
+        drafted = drafted | drafted.gather(1, up)
+        if k + 1 < rounds:
+            up = up.gather(1, up)
+    again = drafted.gather(1, parent_of) & bit_d  # drafted by a strict ancestor, and again by the node
+    onto = drafted & bit_t
+    if not bool(((again | onto) != 0).any()):  # (an int64 .any() is a slow reduction)
+        return
+    for name, bad, pos in (("draft_pos", again, draft_pos), ("target_pos", onto, target_pos)):
+        bad = (bad != 0).reshape(b, -1, n).any(1)
+        if bool(bad.any()):
+            r, i = (int(x) for x in torch.nonzero(bad)[0].tolist())
+            p = int(pos[r, i])
+            a = int(parents[r, i]) if name == "draft_pos" else i
+            while int(draft_pos[r, a]) != p:
+                a = int(parents[r, a])
+            who = f"its ancestor node {a}" if a != i else f"node {i} itself"
+            what = ("repeats a position already drafted on the node's path" if name == "draft_pos" else
+                    "is a position already committed on the node's path")
+            raise ValueError(f"spot.{op}: {name} {what} (each block position is committed at most once on a path): "
+                             f"row {r}, node {i} has {name} = {p}, drafted by {who}")
 
 
 def fake(parents, draft_pos, draft_tokens, target_pos, target_tokens, block, backend="auto"):
