@@ -93,14 +93,14 @@ def _check_noise(backend, case):
 
 
 @pytest.mark.parametrize("backend", CPP_ONLY, indirect=True)
-@fuzz(60)
+@fuzz(100)
 @given(case=noise_case())
 def test_fuzz_noise_uniform(backend, case):
     _check_noise(backend, case)
 
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
-@fuzz(10)
+@fuzz(20)
 @given(case=noise_case(max_dim=3))
 def test_fuzz_noise_uniform_triton(backend, case):
     _check_noise(backend, case)
@@ -109,14 +109,14 @@ def test_fuzz_noise_uniform_triton(backend, case):
 # --------------------------------------------------------------------------------------------------------- score
 
 @st.composite
-def score_case(draw, max_vocab=300, max_rows=6):
+def score_case(draw, max_vocab=1100, max_rows=6):
     """Every argument of score: leading dims (empty ones too), B >= 0, V >= 1 not a multiple of any tile, every
     logits dtype, a layout, invalid rows (NaN, +inf, all -inf), partial -inf, deliberate ties, all confidence kinds."""
     lead = [draw(sizes(1, 3)) for _ in range(draw(st.integers(0, 2)))]
     while math.prod(lead) > max_rows:
         lead[lead.index(max(lead))] -= 1
     block = draw(sizes(1, 6))
-    vocab = draw(st.sampled_from([1, 2, 3]) | st.integers(1, max_vocab))
+    vocab = draw(st.integers(0, 3).flatmap(lambda r: st.integers(1, 3) if r == 0 else st.integers(1, max_vocab)))
     dtype = draw(st.sampled_from(FLOATS))
     temperature = draw(st.sampled_from(TEMPERATURES))
     kind = draw(st.sampled_from(CONFIDENCE_KINDS))
@@ -192,14 +192,14 @@ def _check_score(backend, args):
 
 
 @pytest.mark.parametrize("backend", CPP_ONLY, indirect=True)
-@fuzz(80)
+@fuzz(150)
 @given(args=score_case())
 def test_fuzz_score(backend, args):
     _check_score(backend, args)
 
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
-@fuzz(12)
+@fuzz(30)
 @given(args=score_case(max_vocab=40, max_rows=2))
 def test_fuzz_score_triton(backend, args, monkeypatch):
     monkeypatch.setenv("SPOT_TRITON_SCORE_BLOCK", "16")  # several vocabulary tiles even at small V
@@ -256,14 +256,14 @@ def _check_children(backend, args):
 
 
 @pytest.mark.parametrize("backend", CPP_ONLY, indirect=True)
-@fuzz(60)
+@fuzz(100)
 @given(args=children_case())
 def test_fuzz_select_children(backend, args):
     _check_children(backend, args)
 
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
-@fuzz(10)
+@fuzz(25)
 @given(args=children_case(max_frontier=3, max_block=6))
 def test_fuzz_select_children_triton(backend, args):
     _check_children(backend, args)
@@ -337,14 +337,14 @@ def _check_verify(backend, args):
 
 
 @pytest.mark.parametrize("backend", CPP_ONLY, indirect=True)
-@fuzz(60)
+@fuzz(100)
 @given(args=tree_case())
 def test_fuzz_verify_tree(backend, args):
     _check_verify(backend, args)
 
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
-@fuzz(10)
+@fuzz(25)
 @given(args=tree_case(max_batch=2, max_nodes=12))
 def test_fuzz_verify_tree_triton(backend, args):
     _check_verify(backend, args)
@@ -375,14 +375,14 @@ def _check_masks(backend, case, dtype):
 
 
 @pytest.mark.parametrize("backend", NO_CPU, indirect=True)
-@fuzz(40)
+@fuzz(60)
 @given(case=mask_case(), dtype=st.sampled_from(FLOATS))
 def test_fuzz_tree_masks(backend, case, dtype):
     _check_masks(backend, case, dtype)
 
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
-@fuzz(8)
+@fuzz(20)
 @given(case=mask_case(), dtype=st.sampled_from(FLOATS))
 def test_fuzz_tree_masks_triton(backend, case, dtype):
     _check_masks(backend, case, dtype)
@@ -423,14 +423,14 @@ def _check_attention(backend, args):
 
 
 @pytest.mark.parametrize("backend", NO_CPU, indirect=True)
-@fuzz(40)
+@fuzz(60)
 @given(args=attention_case())
 def test_fuzz_tree_attention(backend, args):
     _check_attention(backend, args)
 
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
-@fuzz(8)
+@fuzz(25)
 @given(args=attention_case(max_prefix=12, max_dim=8, dtypes=FLOATS if ON_GPU_DEVICE else INTERPRETER_FLOATS))
 def test_fuzz_tree_attention_triton(backend, args):
     _check_attention(backend, args)
@@ -466,7 +466,7 @@ def _tiny_target(cfg, seed, scale):
     return ModelTarget(model.to(torch.float64))
 
 
-@fuzz(25)
+@fuzz(60)
 @given(case=generate_case())
 def test_fuzz_generate_exact(case):
     cfg, (wseed, scale), prompts, kw = case
@@ -474,6 +474,7 @@ def test_fuzz_generate_exact(case):
     ref = generate(target, prompts, "standard", **kw)
     out = generate(target, prompts, "confidence", **kw)
     assert out.tokens == ref.tokens
-    assert torch.equal(out.orders, ref.orders)
+    if kw["eos_id"] is None:  # past an end-of-sequence token the orders may differ (decode._close_after_eos)
+        assert torch.equal(out.orders, ref.orders)
     out = generate(target, prompts, "spot", drafter=ConfidenceDrafter(), **kw)
     assert out.tokens == ref.tokens
