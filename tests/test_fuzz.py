@@ -200,6 +200,19 @@ def _check_score(backend, args):
     _assert_score_equal(got, want, **options)
 
 
+@pytest.mark.parametrize("backend", CPP_ONLY + ["triton"], indirect=True)
+def test_score_rounding_level_tie(backend):
+    """The case fuzzing found: positions 0 and 2 hold rows that are shifts and permutations of each other, so their
+    probabilities are mathematically equal (e^5 / (1 + e^5 + e^2) both) and only rounding picks the commit; the CUDA
+    kernels (emulated) committed position 2 where the reference commits 0."""
+    logits = torch.tensor([[[0.0, 5.0, 2.0], [0.0, 5.0, 2.0], [3.0, 0.0, -2.0]]], dtype=torch.float64)
+    z = torch.zeros(1, dtype=I64)
+    for dtype in (torch.float64, torch.float32):
+        for temperature in (0.0, 1.0):
+            _check_score(backend, (logits.to(dtype), torch.ones(1, 3, dtype=torch.bool), 0, z, z, z, temperature,
+                                   "prob", 1))
+
+
 @pytest.mark.parametrize("backend", CPP_ONLY, indirect=True)
 @fuzz(150)
 @given(args=score_case())
