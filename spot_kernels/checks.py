@@ -73,6 +73,11 @@ def same_device(op: str, **tensors: torch.Tensor) -> torch.device:
     return first.device
 
 
+# The widest top-K list `score` returns and the most children `select_children` drafts per node: outputs grow with
+# it (and a K beyond the vocabulary or block is padding), so a larger K is refused before anything is allocated.
+MAX_K = 1 << 16
+
+
 def integer(op: str, name: str, value, lo: int | None = None, hi: int | None = None) -> int:
     """A Python integer (not bool) with lo <= value < hi; returns it as int."""
     if isinstance(value, bool):

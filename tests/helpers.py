@@ -344,3 +344,23 @@ def capture(fn, calls=1):
         for _ in range(calls):
             out = fn()
     return graph, out
+
+
+def assert_score_equal(got, want, probs_atol=2e-6, cpu_scale=None):
+    """A backend's score outputs against the reference's: integers equal, probabilities close. cpu_scale (the cpu
+    backend): probabilities within helpers.PROB_TOL, the confidence's atol times cpu_scale."""
+    tokens, conf, probs, ids, commit = got
+    w_tokens, w_conf, w_probs, w_ids, w_commit = want
+    assert [(x.shape, x.dtype, x.device) for x in got] == [(x.shape, x.dtype, x.device) for x in want]
+    assert all(x.is_contiguous() for x in got)
+    assert torch.equal(tokens, w_tokens)
+    assert torch.equal(ids, w_ids)
+    assert torch.equal(commit, w_commit)
+    assert torch.equal(conf.isnan(), w_conf.isnan())
+    if cpu_scale is not None:
+        assert_probs_close(conf, w_conf, conf.dtype, cpu_scale)
+        assert_probs_close(probs, w_probs, conf.dtype)
+        return
+    tol = dict(rtol=1e-12, atol=1e-14) if conf.dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
+    torch.testing.assert_close(conf, w_conf, equal_nan=True, **tol)
+    torch.testing.assert_close(probs, w_probs, **{**tol, "atol": min(tol["atol"], probs_atol)})

@@ -24,42 +24,15 @@ from spot.build.train_drafter import (
     train_drafter,
 )
 from spot.cli import main
-from spot.model import ModelConfig
 from spot.order_model import (
     OrderModel,
     OrderModelConfig,
     load_order_model,
 )
 
-from tiny import SMALL, StateBlindTarget, small_model
+from tiny import COLLECT_CFG, COLLECT_PROMPTS, SMALL, StateBlindTarget, small_model, synthetic_shard
 
 
-def synthetic_shard(n, B, K=32, seed=0, rule="random", blocks_per_prompt=2):
-    """A shard shaped like collect's. rule="random": random commit orders; rule="confidence": each block has a fixed
-    per-position confidence and commits in descending order of it (so the stale confidence ranks the rest)."""
-    g = torch.Generator().manual_seed(seed)
-    conf = torch.rand(n, B, generator=g)
-    if rule == "confidence":
-        order = conf.argsort(1, descending=True)
-    else:
-        order = torch.stack([torch.randperm(B, generator=g) for _ in range(n)])
-    conf_steps = conf[:, None].expand(n, B, B) if rule == "confidence" else torch.rand(n, B, B, generator=g)
-    probs = torch.softmax(torch.randn(n, B, B, K, generator=g) * 2, -1).sort(-1, descending=True).values
-    if rule == "confidence":
-        probs = probs * 0.3  # keep the probabilities uninformative, but below the confidence
-    rank = torch.empty_like(order).scatter_(1, order, torch.arange(B).expand(n, B))
-    masked = rank[:, None, :] >= torch.arange(B)[None, :, None]  # masked[b, k, j]: j not among order[b, :k]
-    return {
-        "topk_probs": probs.half(),
-        "topk_ids": torch.randint(0, 1000, (n, B, B, K), generator=g).short(),
-        "tokens": torch.randint(0, 1000, (n, B, B), generator=g).short(),
-        "confidence": conf_steps.float().contiguous(),
-        "masked": masked,
-        "order": order.to(torch.int8),
-        "prompt": (torch.arange(n) // blocks_per_prompt).int(),
-        "block_index": (torch.arange(n) % blocks_per_prompt).int(),
-        "block_start": (torch.arange(n) % blocks_per_prompt) * B + 3,
-    }
 
 
 def test_synthetic_shard_is_consistent():
@@ -215,10 +188,8 @@ def test_training_learns_a_confidence_order(tmp_path, soft_weight):
         assert after[d]["top1"] > before[d]["top1"] + 0.2
 
 
-COLLECT_CFG = ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64)
 
 
-COLLECT_PROMPTS = [[5, 9, 14], [7] * 6, [3, 50, 60, 11, 12]]
 
 
 def _collect(target, out_dir):

@@ -24,8 +24,7 @@ from spot.model import BlockDiffusionLM, ModelConfig
 from spot.target import ModelTarget
 from spot_kernels import CONFIDENCE_KINDS
 
-from helpers import CPP_KERNELS, I64, ON_GPU_DEVICE, PROB_TOL, assert_probs_close, children_inputs
-from test_score import _assert_score_equal
+from helpers import CPP_KERNELS, I64, ON_GPU_DEVICE, PROB_TOL, assert_probs_close, assert_score_equal, children_inputs
 
 try:  # a test dependency (make install, or pip install -e .[test]); a machine without it skips this file
     from hypothesis import HealthCheck, given, settings
@@ -197,7 +196,7 @@ def _check_score(backend, args):
         tol = (1e-12, 1e-14) if cdtype == torch.float64 else (2e-5, 2e-6)
         options = dict(probs_atol=1e-7) if backend.name == "triton" else {}
     got = (*got[:4], _rounding_ties(got[4].cpu(), want[4].cpu(), want[1].cpu(), masked.cpu(), tol).to(got[4].device))
-    _assert_score_equal(got, want, **options)
+    assert_score_equal(got, want, **options)
 
 
 @pytest.mark.parametrize("backend", CPP_ONLY + ["triton"], indirect=True)

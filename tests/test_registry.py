@@ -649,7 +649,7 @@ def test_generate_with_triton_equals_reference(backend, monkeypatch, score_all_n
     the model's mask ops run through Triton too (T = 0 is covered op by op in tests/test_<family>.py). Both ways of
     scoring a tree: every node in one call (as on a GPU) and the accepted chain only (the CPU default)."""
     from spot.decode import generate
-    from test_decode import PROMPTS, sharp_target
+    from tiny import PROMPTS, sharp_target
 
     target = sharp_target(dtype=torch.float32)
     target.model.to(backend.device)
@@ -681,7 +681,7 @@ def test_generate_with_triton_equals_reference(backend, monkeypatch, score_all_n
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_generate_on_gpu_with_triton_equals_reference(temperature, monkeypatch):
     from spot.decode import generate
-    from test_decode import PROMPTS, sharp_target
+    from tiny import PROMPTS, sharp_target
 
     target = sharp_target(dtype=torch.float32)
     target.model.to("cuda")

@@ -15,7 +15,7 @@ from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 from spot_kernels.reference import score as ref_scoring
 
 import brute
-from helpers import CPP_KERNELS, I64, assert_probs_close, gpu_only, score_inputs
+from helpers import CPP_KERNELS, I64, assert_probs_close, assert_score_equal, gpu_only, score_inputs
 
 
 def run(logits, masked=None, seed=0, rows=None, block_start=None, steps=None, temperature=1.0, **kw):
@@ -364,7 +364,7 @@ def check_score(backend, logits, masked, rows, block_start, steps, temperature, 
     """backend.run vs the reference on the backend's device (a Triton tile test: probabilities to atol 1e-7)."""
     args = backend.to(logits, masked, seed, rows, block_start, steps, temperature, confidence, top_k)
     got, want = backend.both("score", *args)
-    _assert_score_equal(got, want, probs_atol=1e-7)
+    assert_score_equal(got, want, probs_atol=1e-7)
     return ScoreOutput(*got)
 
 
@@ -469,26 +469,6 @@ def _score_args(t, lead, block, vocab, dtype, temperature, kind, top_k, seed=0, 
     return t.to(logits, masked, 12345 + seed, rows, block_start, steps, temperature, kind, top_k)
 
 
-def _assert_score_equal(got, want, probs_atol=2e-6, cpu_scale=None):
-    """A backend's score outputs against the reference's: integers equal, probabilities close. cpu_scale (the cpu
-    backend): probabilities within helpers.PROB_TOL, the confidence's atol times cpu_scale."""
-    tokens, conf, probs, ids, commit = got
-    w_tokens, w_conf, w_probs, w_ids, w_commit = want
-    assert [(x.shape, x.dtype, x.device) for x in got] == [(x.shape, x.dtype, x.device) for x in want]
-    assert all(x.is_contiguous() for x in got)
-    assert torch.equal(tokens, w_tokens)
-    assert torch.equal(ids, w_ids)
-    assert torch.equal(commit, w_commit)
-    assert torch.equal(conf.isnan(), w_conf.isnan())
-    if cpu_scale is not None:
-        assert_probs_close(conf, w_conf, conf.dtype, cpu_scale)
-        assert_probs_close(probs, w_probs, conf.dtype)
-        return
-    tol = dict(rtol=1e-12, atol=1e-14) if conf.dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
-    torch.testing.assert_close(conf, w_conf, equal_nan=True, **tol)
-    torch.testing.assert_close(probs, w_probs, **{**tol, "atol": min(tol["atol"], probs_atol)})
-
-
 def _check_score(t, args):
     """t against the reference on the same arguments: (t's outputs as a ScoreOutput). The cpu backend is held to
     helpers.PROB_TOL, neg_entropy's absolute tolerance scaled by log(V) + 1."""
@@ -497,7 +477,7 @@ def _check_score(t, args):
     if t.name == "cpu":
         cpu_scale = math.log(logits.shape[-1]) + 1 if kind == "neg_entropy" else 1.0
     got = t.run("score", *args)
-    _assert_score_equal(got, t.ref("score", *args), cpu_scale=cpu_scale)
+    assert_score_equal(got, t.ref("score", *args), cpu_scale=cpu_scale)
     return ScoreOutput(*got)
 
 

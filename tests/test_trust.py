@@ -26,8 +26,7 @@ from spot.loading import load_model, load_target, save_model
 from spot.model import BlockDiffusionLM
 from spot.order_model import OrderModel, load_order_model, save_order_model
 
-from test_build_drafter import COLLECT_CFG, COLLECT_PROMPTS, synthetic_shard
-from tiny import SMALL, TINY, sharp_target
+from tiny import COLLECT_CFG, COLLECT_PROMPTS, SMALL, TINY, sharp_target, synthetic_shard
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +190,32 @@ def test_item1_build_drafter_command_resumes(tmp_path, monkeypatch):
 
 
 # ---- 4. block_size > max_new_tokens ---------------------------------------------------------------------------------
+
+def test_item3_sizes_are_refused_before_allocating():
+    """Sizes whose memory would exceed a documented limit are refused, naming the argument, before anything is
+    allocated (each of these grew until the allocator failed, or built a model for minutes)."""
+    import time
+
+    import spot_kernels
+    from spot.model import ModelConfig
+
+    logits, masked, z = torch.randn(1, 4, 50), torch.ones(1, 4, dtype=torch.bool), torch.zeros(1, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"top_k must lie in \[1, 65537\)"):
+        spot_kernels.score(logits, masked, 0, z, z, z, 1.0, top_k=2**40)
+    z2 = torch.zeros(2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"k must lie in \[1, 65537\)"):
+        spot_kernels.select_children(torch.randn(2, 8), torch.ones(2, 8, dtype=torch.bool), torch.zeros(2),
+                                     torch.rand(2, 8, 4), torch.randint(0, 9, (2, 8, 4)), 0, z2, z2, z2, 1.0, 10**8)
+    small = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64)
+    target = spot.load_target("random", config=ModelConfig(**small))
+    with pytest.raises(ValueError, match="budget / width / branch.*SPOT_MEMORY_LIMIT_GB"):
+        spot.generate(target, [[5, 6]], "confidence", max_new_tokens=8, block_size=4, width=10**6, branch=10**6)
+    for field, value in (("n_layers", 10**6), ("d_model", 10**9)):
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError, match=f"'{field}' \\({value}\\).*SPOT_MEMORY_LIMIT_GB"):
+            spot.load_target("random", config=ModelConfig(**{**small, field: value}))
+        assert time.perf_counter() - t0 < 5, field  # refused from the estimate, not after building layers
+
 
 def test_item4_block_larger_than_max_new_tokens_is_refused(target):
     with pytest.raises(ValueError, match="block_size .*max_new_tokens.*allow_partial_block"):

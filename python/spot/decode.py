@@ -22,7 +22,7 @@ import spot_kernels
 from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
-from .target import Target, warn_if_not_batch_invariant
+from .target import Target, memory_limit_bytes, warn_if_not_batch_invariant
 from .tree import Tree, grow_tree
 
 METHODS = ("standard", "confidence", "spot", "oracle")
@@ -327,6 +327,20 @@ def _rows(rows, b: int) -> torch.Tensor:
     return rows.long() if isinstance(rows, torch.Tensor) else torch.tensor(values, dtype=torch.long)
 
 
+def _check_pass_memory(target, batch: int, block_size: int, budget: int, width: int, branch: int) -> None:
+    """Estimate one pass's largest tensors before any is allocated: the logits of `budget` nodes ([batch, budget, B,
+    V], float32 or float64) and a tree depth's drafted children (`width` x `branch` states and their bookkeeping)."""
+    itemsize = 8 if getattr(target, "dtype", None) == torch.float64 else 4
+    logits = batch * budget * block_size * target.vocab_size * itemsize
+    children = batch * width * branch * (block_size + 8) * 8
+    limit = memory_limit_bytes()
+    if max(logits, children) > limit:
+        raise ValueError(f"budget / width / branch: a pass over budget={budget} nodes with width={width} x "
+                         f"branch={branch} children per depth needs about {max(logits, children) / 1e9:.3g} GB "
+                         f"(batch {batch}, block {block_size}, vocabulary {target.vocab_size}), above the limit of "
+                         f"{limit / 1e9:.3g} GB (SPOT_MEMORY_LIMIT_GB)")
+
+
 def _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch,
                 drafter, confidence, top_k, eos_id=-1, rows=None, allow_partial_block=False):
     """Every argument of `generate` checked (errors name the argument) and normalised: returns (prompts,
@@ -353,6 +367,7 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")
     max_new_tokens, block_size = ints["max_new_tokens"], ints["block_size"]
+    _check_pass_memory(target, len(clean), block_size, ints["budget"], ints["width"], ints["branch"])
     if block_size > max_new_tokens > 0 and not allow_partial_block:
         raise ValueError(f"block_size ({block_size}) exceeds max_new_tokens ({max_new_tokens}): a block is decoded "
                          f"whole, up to {block_size} target passes for {max_new_tokens} token(s); use block_size <= "

@@ -17,7 +17,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .model import BlockDiffusionLM, ModelConfig
-from .target import ModelTarget
+from .target import ModelTarget, memory_limit_bytes
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -140,6 +140,15 @@ def check_model_config(meta, path) -> ModelConfig:
     if cfg.mask_id == cfg.eos_id:
         raise ValueError(f"{path}: config fields 'mask_id' and 'eos_id' must differ (both {cfg.mask_id})")
     cfg.validate()
+    # float32 bytes of the weights, estimated before any is allocated: embedding, then per layer the q/o and k/v
+    # projections, the three MLP matrices and the norms
+    hd = cfg.head_dim
+    per_layer = 2 * cfg.d_model * cfg.n_heads * hd + 2 * cfg.d_model * cfg.n_kv_heads * hd + 3 * cfg.d_model * cfg.d_ff
+    size = 4 * (cfg.vocab_size * cfg.d_model + cfg.n_layers * per_layer)
+    if size > memory_limit_bytes():
+        raise ValueError(f"{path}: config fields 'n_layers' ({cfg.n_layers}), 'd_model' ({cfg.d_model}), 'd_ff' "
+                         f"({cfg.d_ff}) and 'vocab_size' ({cfg.vocab_size}) give {size / 1e9:.3g} GB of weights, above "
+                         f"the limit of {memory_limit_bytes() / 1e9:.3g} GB (SPOT_MEMORY_LIMIT_GB)")
     return cfg
 
 

@@ -66,6 +66,20 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 KV_CACHE_LIMIT_GB = 16.0
 
 
+# Anything else sized by the caller (a model built from a config, a pass's tree and logits) is estimated before it
+# is allocated and refused above this many GB; override with SPOT_MEMORY_LIMIT_GB.
+MEMORY_LIMIT_GB = 16.0
+
+
+def memory_limit_bytes() -> int:
+    value = os.environ.get("SPOT_MEMORY_LIMIT_GB")
+    try:
+        gb = MEMORY_LIMIT_GB if value is None else float(value)
+    except ValueError:
+        raise ValueError(f"SPOT_MEMORY_LIMIT_GB: expected a number of GB, got {value!r}") from None
+    return int(gb * 1e9)
+
+
 def kv_cache_limit_bytes() -> int:
     value = os.environ.get("SPOT_KV_CACHE_LIMIT_GB")
     try:

@@ -52,7 +52,7 @@ def score(
             k + d).
         temperature: finite float >= 0; 0 means greedy (argmax, ties lowest id).
         confidence: one of CONFIDENCE_KINDS: "prob" | "raw_prob" | "margin" | "neg_entropy".
-        top_k: K >= 1; when K > V the tail is padded with probability 0 and id -1.
+        top_k: 1 <= K <= 65536 (checks.MAX_K); when K > V the tail is padded with probability 0 and id -1.
         backend: see spot_kernels.ops.
     Returns:
         ScoreOutput(tokens [..., B] int64, confidence [..., B] cdtype, topk_probs [..., B, K] cdtype,
@@ -78,7 +78,7 @@ def check(logits, masked, seed, rows, block_start, steps, temperature, confidenc
     checks.seed(op, seed)
     checks.temperature(op, temperature)
     checks.choice(op, "confidence", confidence, CONFIDENCE_KINDS)
-    checks.integer(op, "top_k", top_k, 1)
+    checks.integer(op, "top_k", top_k, 1, checks.MAX_K + 1)
     device = checks.same_device(op, logits=logits, masked=masked, rows=rows, block_start=block_start, steps=steps)
     if values and checks.values_enabled(device):
         checks.at_least(op, "steps", steps, 0, "commits already made inside the block")

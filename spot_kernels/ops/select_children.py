@@ -47,7 +47,7 @@ def select_children(
         seed: int in [0, 2^63).
         rows, block_start, steps: [F] int64; `steps` is the frontier node's step (its children commit at it).
         temperature: finite float >= 0.
-        k: children per node, >= 1.
+        k: children per node, 1 <= k <= 65536 (checks.MAX_K); k beyond the eligible positions is padding.
         backend: see spot_kernels.ops.
     Returns:
         ChildSelection(child_pos [F, k] int64 (masked positions with the largest logits, ties lowest position,
@@ -81,7 +81,7 @@ def check(position_logits, masked, path_logprob, stale_topk_probs, stale_topk_id
         checks.shape(op, name, t, (frontier,), "[F] from position_logits")
     checks.seed(op, seed)
     checks.temperature(op, temperature)
-    checks.integer(op, "k", k, 1)
+    checks.integer(op, "k", k, 1, checks.MAX_K + 1)
     device = checks.same_device(op, position_logits=position_logits, masked=masked, path_logprob=path_logprob,
                                 stale_topk_probs=stale_topk_probs, stale_topk_ids=stale_topk_ids, rows=rows,
                                 block_start=block_start, steps=steps)
