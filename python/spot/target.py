@@ -71,22 +71,22 @@ KV_CACHE_LIMIT_GB = 16.0
 MEMORY_LIMIT_GB = 16.0
 
 
-def memory_limit_bytes() -> int:
-    value = os.environ.get("SPOT_MEMORY_LIMIT_GB")
+def _limit_bytes(variable: str, default_gb: float) -> int:
+    """A limit in bytes from the environment variable `variable` (GB, decimal), else `default_gb`."""
+    value = os.environ.get(variable)
     try:
-        gb = MEMORY_LIMIT_GB if value is None else float(value)
+        gb = default_gb if value is None else float(value)
     except ValueError:
-        raise ValueError(f"SPOT_MEMORY_LIMIT_GB: expected a number of GB, got {value!r}") from None
+        raise ValueError(f"{variable}: expected a number of GB, got {value!r}") from None
     return int(gb * 1e9)
+
+
+def memory_limit_bytes() -> int:
+    return _limit_bytes("SPOT_MEMORY_LIMIT_GB", MEMORY_LIMIT_GB)
 
 
 def kv_cache_limit_bytes() -> int:
-    value = os.environ.get("SPOT_KV_CACHE_LIMIT_GB")
-    try:
-        gb = KV_CACHE_LIMIT_GB if value is None else float(value)
-    except ValueError:
-        raise ValueError(f"SPOT_KV_CACHE_LIMIT_GB: expected a number of GB, got {value!r}") from None
-    return int(gb * 1e9)
+    return _limit_bytes("SPOT_KV_CACHE_LIMIT_GB", KV_CACHE_LIMIT_GB)
 
 
 _warned: set = set()
