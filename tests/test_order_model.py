@@ -302,3 +302,40 @@ def test_spot_with_learned_drafter_equals_standard(target, block_size):
             accepted += sum(m for c, m in out.stats.commits_per_pass.items() if c > 1)
             saved += ref.stats.target_passes - out.stats.target_passes
     assert accepted > 0 and saved > 0, "no drafted commit was accepted: verification went untested"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_per_pass_inputs_give_the_per_node_logits_bit_for_bit(temperature):
+    """LearnedDrafter computes what depends on the stale pass once per pass (and the resampled probabilities once
+    per sequence and step), then gathers them per node: the logits equal the per-node `OrderModel.forward`'s, bit
+    for bit, at every depth of a tree drafted from the same stale features, and a new StaleFeatures is re-read."""
+    torch.manual_seed(1)
+    model = OrderModel(OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64, resampled=True,
+                                       token_buckets=64)).eval()
+    drafter = LearnedDrafter(model)
+    b, B, K = 3, 16, 32
+
+    def stale_of(seed):
+        probs, conf, stale_masked, _, _ = random_inputs(b, B, K, seed=seed)
+        ids = torch.randint(0, 200, (b, B, K), generator=torch.Generator().manual_seed(seed))
+        noise = spot.NoiseCoordinates(7, torch.tensor([0, 5, 2]), torch.tensor([1, 0, 4]), temperature)
+        return spot.StaleFeatures(probs, ids, ids[..., 0], conf, stale_masked, torch.tensor([10, 20, 30]), 0,
+                                  noise=noise)
+
+    for seed in (0, 1):
+        stale = stale_of(seed)
+        for d in range(3):  # depths of one tree: 2 frontier nodes per sequence
+            node_row = torch.arange(b).repeat_interleave(2)
+            node_masked = stale.masked[node_row] & (torch.rand(2 * b, B) < 0.8)
+            node_masked[torch.arange(2 * b), stale.masked[node_row].to(torch.int8).argmax(1)] = True
+            node_masked &= stale.masked[node_row]
+            depth = torch.full_like(node_row, d)
+            got = drafter.position_logits(stale, node_masked, node_row, depth)
+            n = stale.noise
+            resampled = resampled_confidence(stale.topk_probs[node_row], stale.topk_ids[node_row], n.seed,
+                                             n.rows[node_row], stale.block_start[node_row], n.root_step[node_row] + d,
+                                             n.temperature)
+            with torch.no_grad():
+                want = model(stale.topk_probs[node_row], stale.confidence[node_row], stale.masked[node_row],
+                             node_masked, depth, resampled, stale.topk_ids[node_row, :, 0])
+            assert torch.equal(got, want), (seed, d)

@@ -22,7 +22,7 @@ import spot_kernels
 from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
-from .target import Target, memory_limit_bytes, warn_if_not_batch_invariant
+from .target import NodeLogits, Target, memory_limit_bytes, warn_if_not_batch_invariant
 from .tree import Tree, grow_tree
 
 METHODS = ("standard", "confidence", "spot", "oracle")
@@ -100,7 +100,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         drafter = ConfidenceDrafter()
     if score_all_nodes is None:
         score_all_nodes = dev.type != "cpu"
-    run = _Run(target, None if method == "standard" else drafter, seed, rows, temperature, confidence,
+    # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
+    run = _Run(target, None if method == "standard" or budget == 1 else drafter, seed, rows, temperature, confidence,
                min(top_k, target.vocab_size), backend, budget, width, branch, eos_id,
                _score_all_nodes if score_all_nodes else _score_accepted_chain, on_pass, DecodeStats(method))
 
@@ -161,9 +162,8 @@ def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Te
         tree = _draft(run, block, step, stale)
         block_start = session.block_start
         t_target = time.perf_counter()
-        logits = session.score(tree.states)
+        logits = session.score_lazily(tree.states)  # the LM head runs in the scorer, for the nodes it scores
         warn_if_not_batch_invariant(target, logits.dtype)
-        logits[..., target.mask_id] = float("-inf")  # committing the mask token would undo a commit
         t_verify = time.perf_counter()
         masked = tree.states == target.mask_id
         scored = run.scorer(run, logits, masked, tree, block_start, step)
@@ -179,7 +179,8 @@ def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Te
         step = step + n_acc
         if run.eos_id is not None:
             block = _close_after_eos(block, run.eos_id, target.mask_id)
-        stale = _stale_features(run, scored, masked, last, block_start, blk, step)
+        if run.drafter is not None or run.on_pass is not None:  # nothing reads them otherwise
+            stale = _stale_features(run, scored, masked, last, block_start, blk, step)
         if run.on_pass is not None:
             run.on_pass(blk, step - n_acc, stale)
         t_end = time.perf_counter()
@@ -198,8 +199,8 @@ def _close_after_eos(block: torch.Tensor, eos_id: int, mask_id: int) -> torch.Te
 
 
 def _draft(run: _Run, block: torch.Tensor, step: torch.Tensor, stale: StaleFeatures | None) -> Tree:
-    """The tree of this pass: the root alone for standard decoding and for a block's first pass (no stale
-    features yet), else grown by the drafter under the node budget."""
+    """The tree of this pass: the root alone for standard decoding, for budget 1 (`run.drafter` is None for
+    both) and for a block's first pass (no stale features yet), else grown by the drafter under the node budget."""
     if run.drafter is None or stale is None:
         return Tree.root_only(block)
     return grow_tree(block, step, stale, run.drafter, budget=run.budget, width=run.width, branch=run.branch,
@@ -217,23 +218,29 @@ def _stale_features(run: _Run, scored: ScoreOutput, masked: torch.Tensor, last: 
         confidence_kind=run.confidence, noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature))
 
 
-def _score_all_nodes(run: _Run, logits, masked, tree: Tree, block_start, step) -> ScoreOutput:
+def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    logits[..., mask_id] = float("-inf")  # committing the mask token would undo a commit
+    return logits
+
+
+def _score_all_nodes(run: _Run, logits: NodeLogits, masked, tree: Tree, block_start, step) -> ScoreOutput:
     """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation)."""
     b, n = masked.shape[:2]
-    return spot_kernels.score(logits, masked, run.seed, run.rows[:, None].expand(b, n),
+    return spot_kernels.score(_without_mask_token(logits.full(), run.target.mask_id), masked, run.seed,
+                              run.rows[:, None].expand(b, n),
                               block_start[:, None].expand(b, n), step[:, None] + tree.depth, run.temperature,
                               confidence=run.confidence, top_k=run.top_k, backend=run.backend)
 
 
-def _score_accepted_chain(run: _Run, logits, masked, tree: Tree, block_start, step) -> ScoreOutput:
+def _score_accepted_chain(run: _Run, logits: NodeLogits, masked, tree: Tree, block_start, step) -> ScoreOutput:
     """Only the nodes verification can reach: the root, then the child carrying each scored node's commit.
 
     On a CPU every row costs time, and a tree's accepted chain is a few of its nodes, so this does a fraction of
-    `_score_all_nodes`' work. Nodes left unscored get commit -1 (no token, NaN confidence): their parent's commit
-    did not match them, so `verify_tree` rejects them either way, and the results equal `_score_all_nodes`' on
-    every node that matters."""
+    `_score_all_nodes`' work; the target's LM head, too, projects only these nodes (`Session.score_lazily`).
+    Nodes left unscored get commit -1 (no token, NaN confidence): their parent's commit did not match them, so
+    `verify_tree` rejects them either way, and the results equal `_score_all_nodes`' on every node that matters."""
     b, n, B = masked.shape
-    dev, k = logits.device, run.top_k
+    dev, k = masked.device, run.top_k
     tok = torch.full((b, n, B), -1, dtype=torch.long, device=dev)
     commit_pos = torch.full((b, n), -1, dtype=torch.long, device=dev)
     conf = topk_p = topk_i = None
@@ -241,7 +248,8 @@ def _score_accepted_chain(run: _Run, logits, masked, tree: Tree, block_start, st
     r = torch.arange(b, device=dev)  # rows whose chain is still growing
     while len(r):
         at = node[r]
-        out = spot_kernels.score(logits[r, at, None], masked[r, at, None], run.seed, run.rows[r, None],
+        node_logits = _without_mask_token(logits.of(r, at), run.target.mask_id)
+        out = spot_kernels.score(node_logits[:, None], masked[r, at, None], run.seed, run.rows[r, None],
                                  block_start[r, None], (step[r] + tree.depth[r, at])[:, None], run.temperature,
                                  confidence=run.confidence, top_k=k, backend=run.backend)
         if conf is None:

@@ -309,21 +309,31 @@ class BlockDiffusionLM(nn.Module):
 
     def forward(self, input_ids, positions, mask, cache: KVCache | None = None, num_new: int = 0,
                 logits_from: int = 0, tree: TreeLayout | None = None, compute_dtype: torch.dtype | None = None,
-                kernels: str = "torch"):
+                kernels: str = "torch", head: bool = True):
         """input_ids, positions [b, q]; mask bool [b, 1, q, cache.length + q] (True = attend).
 
         tree: when the last q - num_new tokens are `tree.num_nodes` copies of a block (a verification pass),
-        they attend through the shared-prefix tree attention instead of the dense mask (same result; only the
-        mask rows of the first `num_new` tokens are read).
+        they attend through the shared-prefix tree attention instead of the dense mask (same result). Only the
+        mask block of the first `num_new` tokens over the prefix, [b, 1, num_new, cache.length + num_new], is
+        then read, so the caller may pass just that block (None when num_new is 0).
 
         With a cache, the first `num_new` tokens are written to it after the pass (in the cache's dtype). Returns
         logits [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens) in `compute_dtype`, the
         dtype of every activation and reduction (default: the weights' dtype; weights are cast exactly on use).
+        head=False returns the final-norm hidden states [b, q - logits_from, d_model] instead; `lm_head` turns any
+        subset of their rows into exactly the logits the full pass gives them (the projection is row-invariant).
 
         kernels: "torch" (default) or "triton", the batch-invariant Triton path (module docstring).
         """
         with use_kernels(kernels):
-            return self._forward(input_ids, positions, mask, cache, num_new, logits_from, tree, compute_dtype)
+            hidden = self._forward(input_ids, positions, mask, cache, num_new, logits_from, tree, compute_dtype)
+            return self.lm_head(hidden) if head else hidden
+
+    def lm_head(self, hidden: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
+        """Final-norm hidden states [..., d_model] -> logits [..., V] (tied embeddings), in hidden's dtype.
+        kernels: as in `forward` (default: the running forward's, else "torch")."""
+        with use_kernels(kernels or _KERNELS.get()):
+            return linear(hidden, self.embed.weight)
 
     def _forward(self, input_ids, positions, mask, cache, num_new, logits_from, tree, compute_dtype):
         x = self.embed(input_ids)
@@ -335,8 +345,7 @@ class BlockDiffusionLM(nn.Module):
             x = layer(x, positions, mask, cache, i, num_new, tree)
         if cache is not None:
             cache.length += num_new
-        x = self.norm(x[:, logits_from:])
-        return linear(x, self.embed.weight)
+        return self.norm(x[:, logits_from:])
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

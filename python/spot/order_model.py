@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -61,16 +62,28 @@ def resampled_confidence(topk_probs, topk_ids, seed: int, rows, block_start, ste
 
 
 def order_features(topk_probs, confidence, stale_masked, node_masked, k: int, resampled=None) -> torch.Tensor:
-    """Per-position input features [N, B, 2k + 6 (+ 2 with `resampled`)] (float32). All inputs [N, B, ...]."""
+    """Per-position input features [N, B, 2k + 6 (+ 2 with `resampled`)] (float32). All inputs [N, B, ...]:
+    the `stale_features` columns, then the `node_features` columns."""
+    return torch.cat((stale_features(topk_probs, confidence, stale_masked, k),
+                      node_features(stale_masked, node_masked, resampled)), -1)
+
+
+def stale_features(topk_probs, confidence, stale_masked, k: int) -> torch.Tensor:
+    """The feature columns that depend on the stale pass alone [N, B, 2k + 3] (float32): the same for every node
+    drafted from it, so a decoder computes them once per pass."""
     p = topk_probs[..., :k].float().nan_to_num(0.0).clamp(0, 1)
     if p.shape[-1] < k:  # a vocabulary smaller than k
         p = F.pad(p, (0, k - p.shape[-1]))
     conf = confidence.float().nan_to_num(0.0, 0.0, 0.0)
+    return torch.cat([p, p.clamp_min(1e-6).log() / 14.0, conf[..., None], conf.clamp_min(1e-6).log()[..., None] / 14.0,
+                      stale_masked.float()[..., None]], -1)
+
+
+def node_features(stale_masked, node_masked, resampled=None) -> torch.Tensor:
+    """The feature columns of a draft node [N, B, 3 (+ 2 with `resampled`)] (float32)."""
     just_committed = stale_masked & ~node_masked  # committed along the draft path, after the stale pass
-    frac_masked = node_masked.float().mean(-1, keepdim=True).expand_as(conf)
-    cols = [p, p.clamp_min(1e-6).log() / 14.0, conf[..., None], conf.clamp_min(1e-6).log()[..., None] / 14.0,
-            stale_masked.float()[..., None], node_masked.float()[..., None], just_committed.float()[..., None],
-            frac_masked[..., None]]
+    frac_masked = node_masked.float().mean(-1, keepdim=True).expand(node_masked.shape)
+    cols = [node_masked.float()[..., None], just_committed.float()[..., None], frac_masked[..., None]]
     if resampled is not None:
         r = resampled.float().nan_to_num(0.0).clamp(0, 1)
         cols += [r[..., None], r.clamp_min(1e-6).log()[..., None] / 14.0]
@@ -116,33 +129,62 @@ class OrderModel(nn.Module):
         resampled [N, B] (`resampled_confidence` at each node's step; read only when cfg.resampled); top_ids int
         [N, B] (the stale top-1 token id, -1 = none; read only when cfg.token_buckets)
         -> logits [N, B] (float32; -inf where the node is not masked)."""
+        return self.forward_nodes(self.stale_inputs(topk_probs, confidence, stale_masked, top_ids), node_masked,
+                                  depth, resampled)
+
+    def stale_inputs(self, topk_probs, confidence, stale_masked, top_ids=None) -> "StaleInputs":
+        """What `forward` reads of the stale pass alone (features and token embeddings), per row [N, B, ...]:
+        computed once per pass and shared by every depth of a tree (`forward_nodes` gathers the rows)."""
+        if self.cfg.token_buckets and top_ids is None:
+            raise ValueError("this order model reads `top_ids` (the stale top-1 token id of each position)")
+        tok = None
+        if self.cfg.token_buckets:  # bucket 0 = no token, ids past the buckets share the last one
+            tok = self.tok((top_ids.long() + 1).clamp(0, self.cfg.token_buckets - 1))
+        return StaleInputs(stale_features(topk_probs, confidence, stale_masked, self.cfg.top_k), stale_masked, tok)
+
+    def forward_nodes(self, stale: "StaleInputs", node_masked, depth, resampled=None, node_row=None) -> torch.Tensor:
+        """`forward` from `stale_inputs`: node i reads row node_row[i] of `stale` (default: row i). The same
+        operations on the same values as `forward`, so the same logits bit for bit."""
         n, B = node_masked.shape
         if B > self.cfg.max_block:
             raise ValueError(f"block size {B} exceeds the drafter's max_block {self.cfg.max_block}")
         if self.cfg.resampled and resampled is None:
             raise ValueError("this order model reads `resampled` (resampled_confidence at the node's step)")
-        if self.cfg.token_buckets and top_ids is None:
-            raise ValueError("this order model reads `top_ids` (the stale top-1 token id of each position)")
-        feats = order_features(topk_probs, confidence, stale_masked, node_masked, self.cfg.top_k,
-                               resampled if self.cfg.resampled else None)
+        if node_row is not None:
+            stale = StaleInputs(*(None if t is None else t[node_row] for t in stale))
+        feats = torch.cat((stale.features, node_features(stale.masked, node_masked,
+                                                         resampled if self.cfg.resampled else None)), -1)
         x = self.inp(feats)
         j = torch.arange(B, device=x.device)
         first = torch.where(node_masked.any(1), node_masked.to(torch.int8).argmax(1), B)
         rel = (j[None] - first[:, None]).clamp(-self.cfg.max_block, self.cfg.max_block - 1) + self.cfg.max_block
         x = x + self.pos(j)[None] + self.rel(rel) + self.depth(depth.clamp(0, self.cfg.max_depth - 1))[:, None]
-        if self.cfg.token_buckets:  # bucket 0 = no token, ids past the buckets share the last one
-            x = x + self.tok_proj(self.tok((top_ids.long() + 1).clamp(0, self.cfg.token_buckets - 1)))
+        if self.cfg.token_buckets:
+            x = x + self.tok_proj(stale.tokens)
         for layer in self.layers:
             x = layer(x)
         logits = self.head(self.norm(x)).squeeze(-1)
         return logits.masked_fill(~node_masked, float("-inf"))
 
 
+class StaleInputs(NamedTuple):
+    """`OrderModel.stale_inputs`: per row [N, B, ...]."""
+
+    features: torch.Tensor  # float32 [N, B, 2k + 3], `stale_features`
+    masked: torch.Tensor  # bool [N, B], masked in the stale pass
+    tokens: torch.Tensor | None  # float32 [N, B, token_dim], the stale top-1 token embedding (token_buckets > 0)
+
+
 class LearnedDrafter:
-    """The `Drafter` backed by an `OrderModel` (method="spot")."""
+    """The `Drafter` backed by an `OrderModel` (method="spot").
+
+    A tree calls `position_logits` once per depth with the same `StaleFeatures`: what depends on them alone (the
+    stale feature columns, token embeddings and, per sequence and depth, the resampled probabilities) is computed
+    once per pass and per sequence, not once per frontier node and depth."""
 
     def __init__(self, model: OrderModel):
         self.model = model.eval()
+        self._stale = self._inputs = None  # the StaleFeatures last seen and what was computed from them
 
     @property
     def device(self):
@@ -150,19 +192,35 @@ class LearnedDrafter:
 
     @torch.no_grad()
     def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
-        dev = self.device
-        probs = stale.topk_probs[node_row].to(dev)
+        dev, cfg = self.device, self.model.cfg
+        node_row_d, depth_d = node_row.to(dev), depth.to(dev)
+        # per-pass inputs for an OrderModel whose forward is OrderModel's; any other model is called per node
+        per_pass = isinstance(self.model, OrderModel) and type(self.model).forward is OrderModel.forward
         resampled = None
-        if self.model.cfg.resampled:
+        if cfg.resampled:
             if stale.noise is None:
                 raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
             noise = stale.noise
-            resampled = resampled_confidence(probs, stale.topk_ids[node_row].to(dev), noise.seed,
-                                             noise.rows[node_row].to(dev), stale.block_start[node_row].to(dev),
-                                             (noise.root_step[node_row] + depth).to(dev), noise.temperature)
-        top_ids = stale.topk_ids[node_row, :, 0].to(dev) if self.model.cfg.token_buckets else None
-        logits = self.model(probs, stale.confidence[node_row].to(dev), stale.masked[node_row].to(dev),
-                            node_masked.to(dev), depth.to(dev), resampled, top_ids)
+            steps = noise.root_step.to(dev)[node_row_d] + depth_d
+            # the frontier nodes of one sequence at one depth share their step: each distinct (sequence, step) is
+            # computed once (row-wise ops, so the same values as per node)
+            pairs, which = torch.unique(torch.stack((node_row_d, steps)), dim=1, return_inverse=True)
+            r, s = pairs if per_pass else (node_row_d, steps)
+            resampled = resampled_confidence(stale.topk_probs.to(dev)[r], stale.topk_ids.to(dev)[r], noise.seed,
+                                             noise.rows.to(dev)[r], stale.block_start.to(dev)[r], s,
+                                             noise.temperature)
+            resampled = resampled[which] if per_pass else resampled
+        if not per_pass:
+            top_ids = stale.topk_ids[node_row, :, 0].to(dev) if cfg.token_buckets else None
+            logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
+                                stale.masked[node_row].to(dev), node_masked.to(dev), depth_d, resampled, top_ids)
+            return logits.to(node_masked.device)
+        if stale is not self._stale:  # a new pass (StaleFeatures are never modified): its inputs, once per sequence
+            top_ids = stale.topk_ids[:, :, 0].to(dev) if cfg.token_buckets else None
+            self._inputs = self.model.stale_inputs(stale.topk_probs.to(dev), stale.confidence.to(dev),
+                                                   stale.masked.to(dev), top_ids)
+            self._stale = stale
+        logits = self.model.forward_nodes(self._inputs, node_masked.to(dev), depth_d, resampled, node_row_d)
         return logits.to(node_masked.device)
 
 

@@ -38,9 +38,35 @@ class Session(ABC):
         another node.
         """
 
+    def score_lazily(self, nodes: torch.Tensor) -> "NodeLogits":
+        """The same pass as `score` (it counts as one pass), its logits produced only for the nodes asked for:
+        `NodeLogits.full()` gives `score`'s result, `NodeLogits.of(rows, nodes)` one node per listed row. The
+        default computes every node's logits; a target whose LM head is a sizeable part of a pass overrides it
+        (`ModelSession` projects only the nodes asked for, bit-identical to `score`'s logits for them)."""
+        return NodeLogits(self.score(nodes))
+
     @abstractmethod
     def append(self, block: torch.Tensor) -> None:
         """Commit a finished block int64 [batch, B] to the prefix (its cost is folded into the next pass)."""
+
+
+class NodeLogits:
+    """The logits of one target pass, [batch, N, B, V], handed out whole or one node per row."""
+
+    def __init__(self, logits: torch.Tensor):
+        self._logits = logits
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._logits.dtype
+
+    def full(self) -> torch.Tensor:
+        """logits [batch, N, B, V] of every node."""
+        return self._logits
+
+    def of(self, rows: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        """rows, nodes int64 [R] -> logits [R, B, V] of node nodes[i] of sequence rows[i]."""
+        return self._logits[rows, nodes]
 
 
 class Target(ABC):
@@ -212,23 +238,54 @@ class ModelSession(Session):
     def block_start(self) -> torch.Tensor:
         return self.cache.length + self.pending.shape[1] - self.key_start
 
-    @torch.no_grad()
     def score(self, nodes: torch.Tensor) -> torch.Tensor:
+        b, n, B = nodes.shape
+        return self._pass(nodes, head=True).view(b, n, B, -1)
+
+    def score_lazily(self, nodes: torch.Tensor) -> NodeLogits:
+        b, n, B = nodes.shape
+        return _ProjectedLogits(self._pass(nodes, head=False).view(b, n, B, -1), self.target)
+
+    @torch.no_grad()
+    def _pass(self, nodes: torch.Tensor, head: bool) -> torch.Tensor:
+        """One pass: logits (head=True) or final-norm hidden states [b, n * B, ...] of the node tokens."""
         b, n, B = nodes.shape
         num_new = self.pending.shape[1]
         prefix_len = self.cache.length + num_new
         if prefix_len > self.cache.max_capacity:
             raise RuntimeError(f"session: cache capacity {self.cache.max_capacity} exceeded ({prefix_len})")
         shape = dict(prefix_len=prefix_len, num_new=num_new, num_nodes=n, block_size=B)
-        mask = spot_kernels.tree_mask(self.key_start, **shape)
+        # The tree path reads only the appended tokens' rows over the prefix (the nodes go through
+        # tree_attention): build that block alone, none at all when nothing is appended.
+        mask = spot_kernels.tree_mask(self.key_start, **{**shape, "num_nodes": 0}) if num_new else None
         positions = spot_kernels.tree_position_ids(self.key_start, **shape)
         ids = torch.cat((self.pending, nodes.reshape(b, n * B)), dim=1)
-        logits = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
-                                   tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype,
-                                   kernels=self.target.kernels)
+        out = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
+                                tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype,
+                                kernels=self.target.kernels, head=head)
         self.pending = self.pending[:, :0]
         self.passes += 1
-        return logits.view(b, n, B, -1)
+        return out
 
     def append(self, block: torch.Tensor) -> None:
         self.pending = torch.cat((self.pending, block.to(self.pending.device)), dim=1)
+
+
+class _ProjectedLogits(NodeLogits):
+    """A `ModelSession` pass's hidden states, projected by the LM head only where asked: the head's projection is
+    row-invariant (`model.linear`), so a node's logits are bit-identical to `score`'s."""
+
+    def __init__(self, hidden: torch.Tensor, target: ModelTarget):
+        self._hidden, self._target = hidden, target
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._hidden.dtype
+
+    @torch.no_grad()
+    def full(self) -> torch.Tensor:
+        return self._target.model.lm_head(self._hidden, self._target.kernels)
+
+    @torch.no_grad()
+    def of(self, rows: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+        return self._target.model.lm_head(self._hidden[rows, nodes], self._target.kernels)

@@ -41,6 +41,10 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
     """root int64 [b, B]; step int64 [b] (commits already in the root's block). Returns at most `budget` nodes."""
     b, B = root.shape
     dev = root.device
+    # Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
+    # at least as probable, and its descendants are no more probable and younger, so none of them could be kept.
+    # Capping the width there changes no tree, only the drafter work spent on it.
+    width = min(width, max(budget - 1, 1))
     batch_idx = torch.arange(b, device=dev)
     # The pool of all drafted nodes, index 0 = root.
     states = root[:, None].clone()
