@@ -140,3 +140,52 @@ def test_cache_larger_than_the_limit_is_refused(monkeypatch):
     monkeypatch.setenv("SPOT_KV_CACHE_LIMIT_GB", "lots")
     with pytest.raises(ValueError, match="SPOT_KV_CACHE_LIMIT_GB"):
         target.start([[4, 5]], 8, B)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lazy_logits_equal_scored_logits_bit_for_bit(dtype):
+    """score_lazily is the same pass as score (one pass each, prompts appended the same way), and the LM head run
+    for any subset of (row, node) pairs gives exactly score's logits for them: full() and of(rows, nodes)."""
+    target = sharp_target(dtype=dtype)
+    prompts = [[4, 5, 6, 7, 8, 9, 10], [11, 12]]
+    g = torch.Generator().manual_seed(0)
+    nodes = torch.randint(3, TINY.vocab_size, (2, 5, B), generator=g)
+    nodes[nodes % 3 == 0] = target.mask_id
+    eager, lazy = target.start(prompts, 8, B), target.start(prompts, 8, B)
+    for _ in range(2):  # the first pass appends the prompts, the second appends nothing
+        want = eager.score(nodes)
+        got = lazy.score_lazily(nodes)
+        assert got.dtype == want.dtype == dtype and torch.equal(got.full(), want)
+        rows, at = torch.tensor([1, 0, 1]), torch.tensor([4, 2, 0])
+        assert torch.equal(got.of(rows, at), want[rows, at])
+        assert torch.equal(got.of(rows[:1], at[:1]), want[1, 4][None])  # one node alone
+        for s in (eager, lazy):
+            s.append(nodes[:, 0].clamp_min(3))
+    assert eager.passes == lazy.passes == 2
+
+
+def test_pass_builds_only_the_mask_block_the_model_reads(monkeypatch):
+    """A pass builds the mask of its appended prefix tokens alone (no node rows, no node keys), none when it
+    appends nothing; its logits equal those of a pass handed the whole dense tree mask."""
+    import spot_kernels
+    target = sharp_target()
+    built = []
+    real = spot_kernels.tree_mask
+
+    def spy(key_start, **shape):
+        built.append(shape)
+        return real(key_start, **shape)
+
+    nodes = torch.tensor([[[2, 2, 2, 2], [7, 2, 2, 2], [2, 8, 9, 2]]])
+    monkeypatch.setattr(spot_kernels, "tree_mask", spy)
+    session = target.start([[4, 5, 6]], 8, B)
+    first = session.score(nodes)
+    session.append(torch.tensor([[7, 8, 9, 10]]))
+    second = session.score(nodes)
+    assert [s["num_nodes"] for s in built] == [0, 0] and [s["num_new"] for s in built] == [3, 4]
+    monkeypatch.setattr(spot_kernels, "tree_mask", lambda key_start, **shape: real(
+        key_start, **{**shape, "num_nodes": nodes.shape[1]}))  # the dense mask of before, every row and key
+    dense = target.start([[4, 5, 6]], 8, B)
+    assert torch.equal(dense.score(nodes), first)
+    dense.append(torch.tensor([[7, 8, 9, 10]]))
+    assert torch.equal(dense.score(nodes), second)
