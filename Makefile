@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/
 	touch $@
 
 demo: install
-	$(BIN)/python -m spot generate --methods standard,confidence,spot --max-new-tokens 96 --block-size 32 --budget 16
+	$(BIN)/python -m spot generate --methods standard,confidence,spot --max-new-tokens 96 --block-size 32 --budget auto
 
 test: install
 	$(BIN)/ruff check .

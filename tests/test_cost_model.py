@@ -1,9 +1,11 @@
 """The tree-budget cost model: the choice follows commits per second, and the stored table is read back."""
 
+import json
+
 import pytest
 
 import spot
-from spot.budgets import FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate
+from spot.budgets import BUDGETS_FILE, FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate
 from spot.build.tune import save_tuning, time_target_pass, tune
 from tiny import PROMPTS, sharp_target
 
@@ -24,12 +26,57 @@ def test_choice_maximises_commits_per_second():
 
 def test_table_round_trip(tmp_path):
     path = tmp_path / "budgets.json"
-    assert default_budget("cpu", 32, path) == FALLBACK_BUDGET
+    assert default_budget("cpu", 32, path=path) == FALLBACK_BUDGET
     save_tuning({"budget": 4}, "cpu", 32, path)
     save_tuning({"budget": 2}, "cpu", 16, path)
-    assert default_budget("cpu", 32, path) == 4 and default_budget("cpu", 16, path) == 2
-    assert default_budget("cpu", 8, path) == FALLBACK_BUDGET
+    assert default_budget("cpu", 32, path=path) == 4 and default_budget("cpu", 16, path=path) == 2
+    assert default_budget("cpu", 8, path=path) == FALLBACK_BUDGET
     assert device_key("cpu") == "cpu"
+
+
+def test_table_is_per_temperature_class(tmp_path):
+    """T = 0 reads the entry measured at 0; T > 0 the nearest positive temperature's; an unmeasured class falls
+    back; a new measurement keeps the other temperatures of its block size."""
+    path = tmp_path / "budgets.json"
+    save_tuning({"budget": 1}, "cpu", 32, path, temperature=0.0)
+    assert default_budget("cpu", 32, 0.0, path) == 1
+    assert default_budget("cpu", 32, 1.0, path) == FALLBACK_BUDGET  # T > 0 never measured
+    save_tuning({"budget": 4}, "cpu", 32, path, temperature=1.0)
+    save_tuning({"budget": 8}, "cpu", 32, path, temperature=0.5)
+    assert default_budget("cpu", 32, 0.0, path) == 1
+    assert default_budget("cpu", 32, 1.0, path) == 4 and default_budget("cpu", 32, 2.0, path) == 4
+    assert default_budget("cpu", 32, 0.6, path) == 8 and default_budget("cpu", 32, 1e-3, path) == 8
+    table = json.loads(path.read_text())
+    assert set(table["cpu"]["32"]["temperature"]) == {"0", "1", "0.5"}
+    save_tuning({"budget": 2}, "cpu", 32, path, temperature=1.0)  # re-measured: replaced, the others kept
+    assert default_budget("cpu", 32, 1.0, path) == 2 and default_budget("cpu", 32, 0.0, path) == 1
+
+
+def test_older_table_format_is_read_for_every_temperature(tmp_path):
+    """budgets.json written before the temperature key ({device: {B: {"budget": ...}}}) still reads, for T = 0 and
+    T > 0 alike; tuning a block size again replaces its old entry with the per-temperature one."""
+    path = tmp_path / "budgets.json"
+    path.write_text(json.dumps({"cpu": {"16": {"budget": 1, "commits_per_pass": {"1": 1.0}},
+                                        "32": {"budget": 2}}}))
+    for T in (0.0, 0.7, 1.0):
+        assert default_budget("cpu", 16, T, path) == 1 and default_budget("cpu", 32, T, path) == 2
+    save_tuning({"budget": 4}, "cpu", 32, path, temperature=1.0)
+    assert default_budget("cpu", 32, 1.0, path) == 4
+    assert default_budget("cpu", 32, 0.0, path) == FALLBACK_BUDGET  # the old entry is gone, T = 0 not re-measured
+    assert default_budget("cpu", 16, 0.0, path) == 1  # other block sizes keep their old entries
+
+
+def test_shipped_table_covers_the_cpu_grid():
+    """The shipped budgets.json has a CPU budget for B in {16, 32} at T = 0 and at T > 0, each measured with
+    every candidate from the root alone (budget 1) up."""
+    table = json.loads(BUDGETS_FILE.read_text())
+    for B in ("16", "32"):
+        entry = table["cpu"][B]["temperature"]
+        assert set(entry) >= {"0", "1"}
+        for result in entry.values():
+            rate = result["tokens_per_second"]
+            assert "1" in rate and len(rate) > 1
+            assert str(result["budget"]) == max(rate, key=lambda n: (rate[n], -int(n)))
 
 
 def test_pass_timing_runs_on_a_tiny_target():
@@ -54,15 +101,40 @@ def test_pass_timing_runs_on_a_tiny_target():
     assert scored == [1, 3, 1, 3]  # per repeat (+1 untimed): the prompt's first pass, then the timed 3-node pass
 
 
-def test_tune_measures_every_budget_and_picks_one():
-    """tune decodes each prompt alone at every budget: the root alone commits once per pass, a tree at least once."""
+def test_tune_measures_every_budget_and_picks_the_fastest():
+    """tune decodes each prompt alone at every budget: the root alone commits once per pass, a tree at least once;
+    the choice is the highest measured tokens/s."""
     result = tune(sharp_target(), spot.ConfidenceDrafter(), PROMPTS[:2], block_size=4, budgets=(1, 4),
                   max_new_tokens=8, log=lambda *a: None)
     assert result["commits_per_pass"][1] == 1.0
     assert result["commits_per_pass"][4] > 1.0  # the sharp target accepts drafted commits
-    assert set(result["pass_seconds"]) == set(result["overhead_seconds"]) == {1, 4}
+    assert set(result["pass_seconds"]) == set(result["overhead_seconds"]) == set(result["tokens_per_second"]) == {1, 4}
     assert all(v > 0 for v in result["pass_seconds"].values())
-    assert result["budget"] in (1, 4)
-    assert result["budget"] == choose_budget(result["commits_per_pass"], result["pass_seconds"],
-                                             result["overhead_seconds"])
+    rate = result["tokens_per_second"]
+    assert result["budget"] == max(rate, key=lambda n: (rate[n], -n))
 
+
+def test_budget_one_calls_no_drafter(monkeypatch):
+    """Budget 1 is the root alone: spot, confidence and oracle cost what standard costs: the drafter is never
+    called, no tree is grown and no stale features are built (nothing would read them); tune measures it as
+    `spot`, with the tokens and passes of standard."""
+    class Refuses:
+        def position_logits(self, *args):
+            raise AssertionError("the drafter was called at budget 1")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("per-pass drafting work at budget 1")
+
+    target = sharp_target()
+    kw = dict(max_new_tokens=8, block_size=4, temperature=1.0, seed=2, eos_id=None, budget=1)
+    ref = spot.generate(target, PROMPTS, "standard", **kw)
+    monkeypatch.setattr(spot.decode, "_stale_features", refuse)
+    monkeypatch.setattr(spot.decode, "grow_tree", refuse)
+    for method in ("spot", "confidence", "oracle"):
+        out = spot.generate(target, PROMPTS, method, drafter=Refuses() if method == "spot" else None, **kw)
+        assert out.tokens == ref.tokens and out.stats.target_passes == ref.stats.target_passes, method
+    monkeypatch.undo()
+    with pytest.raises(AssertionError, match="budget 1"):  # the same drafter at budget 2 is called
+        spot.generate(target, PROMPTS, "spot", drafter=Refuses(), **{**kw, "budget": 2})
+    result = tune(target, Refuses(), PROMPTS[:1], block_size=4, budgets=(1,), max_new_tokens=4, log=lambda *a: None)
+    assert result["budget"] == 1 and result["commits_per_pass"][1] == 1.0

@@ -1,10 +1,16 @@
-"""How big a draft tree should be: the measured cost model, per device and block size.
+"""How big a draft tree should be: the measured choice, per device, block size and temperature.
 
 A pass over N nodes yields on average c(N) commits (c grows with N and saturates) and costs t(N) seconds of target
-time plus o(N) of drafting and verification. Decoding speed is c(N) / (t(N) + o(N)) commits per second, so the
-best budget is where a bigger tree stops paying for itself: on a GPU t(N) is nearly flat up to tens of nodes, on a
-CPU it grows about linearly, and the two choose very different budgets. `spot build tune` measures t, c and o on
-the device at hand (spot.build.tune); `default_budget` reads the winner back from budgets.json.
+time plus o(N) of drafting and verification, so decoding runs at about c(N) / (t(N) + o(N)) commits per second:
+on a GPU, where a memory-bound pass carries extra nodes nearly free, t(N) is nearly flat up to tens of nodes; on a
+CPU a pass's cost grows about linearly with nodes x block tokens, and the two choose very different budgets.
+`spot build tune` (spot.build.tune) decodes with every candidate budget, budget 1 (the root alone, standard
+decoding's cost) included, and records the one with the highest measured tokens/s; `default_budget` reads it
+back from budgets.json.
+
+budgets.json: {device: {block size: {"temperature": {"0": result, "1": result, ...}}}}, one result per measured
+temperature, each holding "budget". The older format, {device: {block size: result}} (measured at one
+temperature), is still read, for every temperature.
 """
 
 from __future__ import annotations
@@ -40,11 +46,27 @@ def device_key(device) -> str:
     return device.type
 
 
-def default_budget(device, block_size: int, path=BUDGETS_FILE) -> int:
-    """The budget `spot build tune` chose for this device and block size (FALLBACK_BUDGET when never measured)."""
+def default_budget(device, block_size: int, temperature: float = 0.0, path=BUDGETS_FILE) -> int:
+    """The budget `spot build tune` chose for this device, block size and temperature class: T = 0 reads the entry
+    measured at 0, T > 0 the one measured at the nearest positive temperature (FALLBACK_BUDGET when that class was
+    never measured for this device and block size)."""
     try:
         table = json.loads(Path(path).read_text())
     except FileNotFoundError:
         return FALLBACK_BUDGET
     entry = table.get(device_key(device), {}).get(str(block_size))
-    return int(entry["budget"]) if entry else FALLBACK_BUDGET
+    if not entry:
+        return FALLBACK_BUDGET
+    if "budget" in entry:  # the older format: one measurement for every temperature
+        return int(entry["budget"])
+    measured = {float(t): result for t, result in entry.get("temperature", {}).items()}
+    same_class = [t for t in measured if (t > 0) == (temperature > 0)]
+    if not same_class:
+        return FALLBACK_BUDGET
+    nearest = min(same_class, key=lambda t: (abs(t - temperature), t))
+    return int(measured[nearest]["budget"])
+
+
+def temperature_key(temperature: float) -> str:
+    """How a temperature is written in budgets.json: "0", "1", "0.7"."""
+    return f"{float(temperature):g}"

@@ -31,7 +31,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--budget", default="auto", help="tree node budget per verification pass (root included); "
-                   "'auto': the one `spot build tune` measured best for this device and block size")
+                   "'auto': the one `spot build tune` measured fastest for this device, block size and "
+                   "temperature (T = 0 or T > 0)")
     p.add_argument("--width", type=int, default=4, help="frontier nodes expanded per depth")
     p.add_argument("--branch", type=int, default=4, help="children drafted per frontier node")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
@@ -53,7 +54,7 @@ def _methods(text: str) -> list[str]:
 def _budget(a) -> int:
     if a.budget == "auto":
         from .budgets import default_budget
-        return default_budget(a.device, a.block_size)
+        return default_budget(a.device, a.block_size, a.temperature)
     try:
         return int(a.budget)
     except ValueError:
@@ -168,7 +169,15 @@ def cmd_generate(a) -> int:
         rows.append(f"{method:<11} passes {s.target_passes:>5}  tokens {s.generated_tokens:>5}  "
                     f"passes/token {s.passes_per_token:.3f}  tokens/s {s.tokens_per_second:8.1f}")
     print("\n".join(rows))
+    if a.budget == "auto":
+        print(f"budget {settings['budget']} (--budget auto: the fastest measured for {a.device}, B={a.block_size}, "
+              f"T={'0' if a.temperature == 0 else '>0'}; python/spot/weights/budgets.json)")
+        print(WHY_BUDGETS)
     return 0
+
+
+WHY_BUDGETS = ("why: a CPU picks small trees and a GPU large ones: on a CPU a pass's cost grows about linearly with "
+               "nodes x block tokens,\n     while on a GPU a memory-bound pass carries extra nodes nearly free")
 
 
 def cmd_bench(a) -> int:

@@ -212,14 +212,16 @@ def cmd_tune(a) -> int:
     # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
     texts = [p["text"] for p in build_prompts(a.corpus, TUNE_POOL, split="train")[-a.num_prompts:]]
     prompts = [target.tokenizer.encode(t) for t in texts]
-    drafter = load_drafter(a.drafter, device=a.device)
+    drafter = load_drafter(a.drafter, device=a.device)  # the shipped drafter unless --drafter says otherwise
     for B in _ints(a.block_sizes):
-        print(f"tune: block size {B}, {len(prompts)} prompts, {a.max_new_tokens} new tokens, device {a.device}")
-        result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
-                      max_new_tokens=a.max_new_tokens, temperature=a.temperature, width=a.width, branch=a.branch)
-        print(f"chosen budget for B={B}: {result['budget']}")
-        if not a.dry_run:
-            save_tuning(result, a.device, B, out)
+        for T in _floats(a.temperatures):
+            print(f"tune: block size {B}, temperature {T:g}, {len(prompts)} prompts x {a.max_new_tokens} new tokens, "
+                  f"device {a.device}")
+            result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
+                          max_new_tokens=a.max_new_tokens, temperature=T, width=a.width, branch=a.branch)
+            print(f"chosen budget for B={B}, T={T:g}: {result['budget']}")
+            if not a.dry_run:
+                save_tuning(result, a.device, B, out, temperature=T)
     return 0
 
 
@@ -337,11 +339,13 @@ def build_parser() -> argparse.ArgumentParser:
     _target_args(s)
     s.add_argument("--drafter", default="default", help="'default' (shipped) or a directory from `spot build drafter`")
     s.add_argument("--block-sizes", default="16,32")
-    s.add_argument("--budgets", default="1,2,4,8,16,32")
-    s.add_argument("--num-prompts", type=int, default=4)
+    s.add_argument("--budgets", default="1,2,4,8,16", help="candidate budgets (1: the root alone, standard's cost)")
+    s.add_argument("--num-prompts", type=int, default=8)
     s.add_argument("--corpus", default=str(CACHE / "corpus"), help=corpus_help)
-    s.add_argument("--max-new-tokens", type=int, default=64)
-    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--max-new-tokens", type=int, default=128)
+    s.add_argument("--temperatures", default="0,1",
+                   help="temperatures to tune at (--budget auto reads T = 0's for T = 0, the nearest positive one's "
+                        "for T > 0)")
     s.add_argument("--width", type=int, default=4)
     s.add_argument("--branch", type=int, default=4)
     s.add_argument("--out", default=str(CACHE / "budgets.json"),

@@ -1,4 +1,5 @@
-"""`spot build tune`: measure the cost model of spot.budgets (c(N), t(N), o(N)) and store the best tree budget."""
+"""`spot build tune`: decode with every candidate tree budget, store the fastest per device, block size and
+temperature (spot.budgets)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import json
 import os
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
 
-from ..bench import decode_all
-from ..budgets import choose_budget, device_key, predicted_rate
-
+from ..budgets import device_key, predicted_rate, temperature_key
+from ..decode import generate
 
 
 @torch.no_grad()
@@ -34,31 +35,53 @@ def time_target_pass(target, block_size: int, nodes: int, prompt_len: int = 256,
     return statistics.median(times[1:])
 
 
-def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16, 32), max_new_tokens: int = 64,
+def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16), max_new_tokens: int = 64,
          temperature: float = 0.0, width: int = 4, branch: int = 4, log=print) -> dict:
-    """Measure c(N), t(N) and o(N) with `spot` decoding of `prompts`; return the table and the chosen budget."""
-    pass_seconds, commits, overhead = {}, {}, {}
+    """Decode `prompts` with `spot` at every budget (budget 1 is the root alone: standard decoding's cost) and
+    return the measurements and the budget with the highest measured tokens/s (ties: the smaller tree).
+
+    Prompts go one at a time (a batch advances in lock-step with its slowest row), the budgets interleaved per
+    prompt, so that a shared machine's drift falls on every budget alike. Also recorded, to explain the choice:
+    commits per pass c(N), the timed pass t(N) (`time_target_pass`) and the drafting + verification o(N) per pass."""
+    budgets = sorted(set(budgets))
+    seconds, tokens, passes = dict.fromkeys(budgets, 0.0), dict.fromkeys(budgets, 0), dict.fromkeys(budgets, 0)
+    stages = {n: Counter() for n in budgets}
+    settings = dict(width=width, branch=branch, block_size=block_size, temperature=temperature,
+                    max_new_tokens=max_new_tokens, eos_id=None)
+    generate(target, prompts[:1], "spot", drafter=drafter, budget=max(budgets), **{**settings, "max_new_tokens":
+                                                                                   block_size})  # warm-up
+    for i, prompt in enumerate(prompts):
+        for n in budgets:
+            t0 = time.perf_counter()
+            out = generate(target, [prompt], "spot", drafter=drafter, budget=n, rows=[i], **settings)
+            seconds[n] += time.perf_counter() - t0
+            tokens[n] += out.stats.generated_tokens
+            passes[n] += out.stats.target_passes
+            stages[n].update(out.stats.stage_seconds)
+    rate = {n: tokens[n] / seconds[n] for n in budgets}
+    commits = {n: tokens[n] / passes[n] for n in budgets}
+    pass_seconds = {n: time_target_pass(target, block_size, n) for n in budgets}
+    overhead = {n: (stages[n]["draft"] + stages[n]["verify"]) / passes[n] for n in budgets}
     for n in budgets:
-        pass_seconds[n] = time_target_pass(target, block_size, n)
-        # one prompt at a time (batch_size 1): a batch advances in lock-step with its slowest row
-        run = decode_all(target, prompts, "spot" if n > 1 else "standard", drafter=drafter, budget=n, width=width,
-                         branch=branch, block_size=block_size, temperature=temperature,
-                         max_new_tokens=max_new_tokens, eos_id=None)
-        commits[n] = run["generated_tokens"] / run["target_passes"]
-        overhead[n] = (run["stage_seconds"]["draft"] + run["stage_seconds"]["verify"]) / run["target_passes"]
-        log(f"budget {n:>3}: pass {pass_seconds[n] * 1e3:8.2f} ms  overhead {overhead[n] * 1e3:7.2f} ms  "
-            f"commits/pass {commits[n]:.3f}")
-    best = choose_budget(commits, pass_seconds, overhead)
-    return {"budget": best, "commits_per_pass": commits, "pass_seconds": pass_seconds,
+        log(f"budget {n:>3}: {rate[n]:7.1f} tokens/s  commits/pass {commits[n]:.3f}  pass {pass_seconds[n] * 1e3:7.2f}"
+            f" ms  drafting + verification {overhead[n] * 1e3:6.2f} ms/pass")
+    best = max(rate, key=lambda n: (rate[n], -n))
+    return {"budget": best, "tokens_per_second": rate, "commits_per_pass": commits, "pass_seconds": pass_seconds,
             "overhead_seconds": overhead, "predicted_commits_per_second": predicted_rate(commits, pass_seconds,
-                                                                                            overhead)}
+                                                                                            overhead),
+            "prompts": len(prompts), "max_new_tokens": max_new_tokens, "width": width, "branch": branch}
 
 
-def save_tuning(result: dict, device, block_size: int, path) -> None:
-    """Add this device and block size's result to the budgets table at `path` (written atomically)."""
+def save_tuning(result: dict, device, block_size: int, path, temperature: float = 0.0) -> None:
+    """Add this device, block size and temperature's result to the budgets table at `path` (written atomically).
+    An entry of the older format (no temperature) for this block size is replaced."""
     path = Path(path)
     table = json.loads(path.read_text()) if path.is_file() else {}
-    table.setdefault(device_key(device), {})[str(block_size)] = result
+    per_block = table.setdefault(device_key(device), {})
+    entry = per_block.get(str(block_size))
+    if not entry or "temperature" not in entry:
+        entry = per_block[str(block_size)] = {"temperature": {}}
+    entry["temperature"][temperature_key(temperature)] = result
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
