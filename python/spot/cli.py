@@ -160,10 +160,15 @@ def cmd_generate(a) -> int:
     warm_up(target, prompts[0])
     rows = []
     for i, method in enumerate(methods):
-        out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, **settings)
+        starts: dict[int, list[int]] = {}  # block -> commit step before each of its passes
+        on_pass = (lambda blk, step, stale: starts.setdefault(blk, []).append(int(step[0]))) if a.show_order else None
+        out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, on_pass=on_pass,
+                       **settings)
         if i == 0:
             text = tok.decode(out.tokens[0]) if tok is not None else " ".join(map(str, out.tokens[0]))
             print(f"--- generated ({method}) ---\n{text}\n---")
+        if a.show_order:
+            print(_commit_orders(method, out.orders[0].tolist(), starts))
         s = out.stats
         rows.append(f"{method:<11} passes {s.target_passes:>5}  tokens {s.generated_tokens:>5}  "
                     f"passes/token {s.passes_per_token:.3f}  tokens/s {s.tokens_per_second:8.1f}")
@@ -171,23 +176,36 @@ def cmd_generate(a) -> int:
     return 0
 
 
+def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[int]]) -> str:
+    """Every decoded block of one method: under each position, the pass (within the block) that committed it."""
+    from .plots import format_commit_order
+
+    blocks = [format_commit_order(order, starts[blk], f"{method} block {blk}: ")
+              for blk, order in enumerate(orders) if blk in starts]
+    return "\n".join(blocks)
+
+
 def cmd_bench(a) -> int:
     """Every argument is checked, and --json's folder written to, before anything is decoded."""
     _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
     methods = _methods(a.methods)
+    budgets = _int_list("--budgets", a.budgets) if a.budgets else None
     if a.json:
         try:
             check_writable(a.json)
         except ValueError as e:
             raise SystemExit(f"--json {e}") from None
+    if a.plot:
+        _check_plot_folder(a.plot)
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     prompts = _prompts(a, target)
     if not prompts:
         raise SystemExit("bench: no prompts to decode")
-    settings = _settings(a)
-    _check_settings(target, prompts, settings)
+    settings = _settings(a) if budgets is None else {**_settings_with_budget(a, budgets[0])}
+    for budget in budgets or [settings["budget"]]:
+        _check_settings(target, prompts, {**settings, "budget": budget})
     report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods, a),
-                       progress=not a.quiet, **settings)
+                       progress=not a.quiet, budgets=budgets, **settings)
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
@@ -195,7 +213,45 @@ def cmd_bench(a) -> int:
     if a.json:
         write_json(report, a.json)
         print(f"wrote {a.json}")
+    if a.plot:
+        from .plots import bench_plots
+
+        for path in bench_plots(report, a.plot):
+            print(f"wrote {path}")
     return 0
+
+
+def _settings_with_budget(a, budget: int) -> dict:
+    """_settings without reading --budget (replaced by --budgets)."""
+    saved, a.budget = a.budget, str(budget)
+    try:
+        return _settings(a)
+    finally:
+        a.budget = saved
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"{flag}: expected integers >= 1, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def _check_plot_folder(folder) -> None:
+    """--plot's folder is created (or must be a folder) and writable, before anything runs."""
+    from pathlib import Path
+
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise SystemExit(f"--plot {folder}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        check_writable(path / "pass_reduction.png")
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--plot {folder}: cannot write there ({e})") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(g)
     g.add_argument("--prompt", help="prompt text (default: a held-out prompt, or random ids for --target random)")
     g.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")
+    g.add_argument("--show-order", action="store_true",
+                   help="print, per block and method, the pass at which each position was committed")
     g.set_defaults(func=cmd_generate)
     b = sub.add_parser("bench", help="run methods on the same prompts and seeds; write JSON")
     _common(b)
@@ -216,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=1)
     b.add_argument("--json", help="write the report here")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--budgets", help="comma-separated tree budgets: every method but standard runs at each "
+                   "(replaces --budget; the JSON gains by_budget)")
+    b.add_argument("--plot", metavar="DIR", help="write pass_reduction.png and commits_per_pass.png into DIR")
     b.set_defaults(func=cmd_bench)
     sub.add_parser("build", add_help=False, help="the offline pipeline: `spot build --help`")
     return parser
