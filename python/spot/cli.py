@@ -254,6 +254,67 @@ def _check_plot_folder(folder) -> None:
         raise SystemExit(f"--plot {folder}: cannot write there ({e})") from None
 
 
+def cmd_project(a) -> int:
+    """The roofline projection of docs/projection.md: every figure it prints is a projection, not a measurement."""
+    from . import project as pj
+
+    gpu = pj.GPUS.get(a.gpu)
+    if gpu is None:
+        raise SystemExit(f"--gpu: unknown {a.gpu!r}; choose from {','.join(pj.GPUS)}")
+    names = [s.strip() for s in a.shapes.split(",") if s.strip()]
+    bad = [s for s in names if s not in pj.SHAPES]
+    if bad or not names:
+        raise SystemExit(f"--shapes: unknown {bad or 'empty'}; choose from {','.join(pj.SHAPES)}")
+    _at_least(a, {"prefix": 0, "batch": 1})
+    if a.plot:
+        try:
+            check_writable(a.plot)
+        except ValueError as e:
+            raise SystemExit(f"--plot {e}") from None
+    try:
+        accs = pj.load_acceptance(a.inputs)
+    except (ValueError, KeyError) as e:
+        raise SystemExit(f"project: {e}") from None
+    wanted = _methods(a.methods)
+    accs = [x for x in accs if x.method in wanted]
+    if not accs:
+        raise SystemExit(f"project: the JSON files hold none of --methods {a.methods}")
+    block = accs[0].block_size
+    measured_shape, measured, curve = None, None, None
+    if a.measured:
+        try:
+            curve, measured = pj.measured_curve(a.measured, block=block)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        measured_shape = curve["shape"]
+        if measured_shape not in names:
+            names.append(measured_shape)
+    rows_by_shape = {}
+    for name in names:
+        shape = pj.SHAPES[name]
+        own = measured if name == measured_shape else None
+        prefix, batch = (curve["prefix"], curve["batch"]) if own else (a.prefix, a.batch)
+        rows_by_shape[name] = pj.project(accs, shape, gpu, prefix, batch, a.lm_head, own)
+        print(pj.format_table(rows_by_shape[name]))
+        if own:
+            print(pj.format_curve(shape, gpu, block, prefix, batch, own))
+            print(f"measured on {curve.get('device')} ({curve['layers_measured']} layers, scaled to {shape.layers})")
+        print()
+    print(f"inputs: {', '.join(sorted({x.source for x in accs}))}; B = {block}, prefix {a.prefix}, batch {a.batch}, "
+          f"LM head over {'all nodes' if a.lm_head == 'all' else 'the accepted chain'}; {gpu.name}: "
+          f"{gpu.flops / 1e12:.0f} TFLOP/s bf16 dense, {gpu.bandwidth / 1e12:.2f} TB/s. {pj.LABEL}.")
+    if a.json:
+        write_json({"label": pj.LABEL, "gpu": vars(gpu), "settings": {k: v for k, v in vars(a).items()
+                                                                         if k != "func"},
+                    "rows": [r for rows in rows_by_shape.values() for r in rows]}, a.json)
+        print(f"wrote {a.json}")
+    if a.plot:
+        pj.plot(rows_by_shape, a.plot, f"projected speed-up over standard on {gpu.name}, B = {block}, "
+                f"prefix {a.prefix}, batch {a.batch}")
+        print(f"wrote {a.plot}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spot", description="Lossless speculative decoding for diffusion LMs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -278,6 +339,20 @@ def build_parser() -> argparse.ArgumentParser:
                    "(replaces --budget; the JSON gains by_budget)")
     b.add_argument("--plot", metavar="DIR", help="write pass_reduction.png and commits_per_pass.png into DIR")
     b.set_defaults(func=cmd_bench)
+    p = sub.add_parser("project", help="GPU roofline projection of a benchmark's speed-up (not a measurement)")
+    p.add_argument("inputs", nargs="+", help="`spot bench --json` reports and/or bench/budget_curve.py JSON files "
+                   "(one block size; several budgets from several files or from --budgets)")
+    p.add_argument("--gpu", default="h200", help="h100 or h200 (SXM)")
+    p.add_argument("--shapes", default="embedded,qwen3-1.7b,qwen3-4b,qwen3-8b", help="model shapes, comma-separated")
+    p.add_argument("--methods", default="spot,confidence", help="methods to project (standard is the baseline)")
+    p.add_argument("--prefix", type=int, default=1024, help="cached prefix tokens each pass attends to")
+    p.add_argument("--batch", type=int, default=1, help="sequences per pass")
+    p.add_argument("--lm-head", default="all", choices=("all", "chain"),
+                   help="LM head over every node, or only over the chain verification reaches")
+    p.add_argument("--measured", help="bench/gpu_bench.py JSON with a measured pass_curve: printed beside the roofline")
+    p.add_argument("--plot", help="write the projected speed-up against budget here (PNG)")
+    p.add_argument("--json", help="write the projection rows here")
+    p.set_defaults(func=cmd_project)
     sub.add_parser("build", add_help=False, help="the offline pipeline: `spot build --help`")
     return parser
 
