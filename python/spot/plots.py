@@ -20,6 +20,17 @@ def pyplot():
     return plt
 
 
+def budget_axis(ax, budgets) -> None:
+    """A log2 x axis labelled with the budgets themselves (1, 2, 4, ...), not powers of two."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(set(budgets)))
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("tree budget (nodes per pass)")
+
+
 def _tables(report: dict) -> dict[int, dict]:
     """{budget: {method: entry}} for every non-standard method of a `run_bench` report."""
     if report.get("by_budget"):
@@ -45,8 +56,7 @@ def bench_plots(report: dict, folder) -> list[Path]:
         xs = [b for b in budgets if method in tables[b]]
         ax.plot(xs, [tables[b][method]["pass_reduction_vs_standard"] for b in xs], marker="o", label=method)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tree budget (nodes per pass)")
+    budget_axis(ax, budgets)
     ax.set_ylabel("pass reduction (standard passes / method passes)")
     ax.set_title(f"pass reduction against budget\n{subtitle}", fontsize=9)
     ax.grid(alpha=0.3)
@@ -68,6 +78,7 @@ def bench_plots(report: dict, folder) -> list[Path]:
             ax.bar([k + (i - (len(runs) - 1) / 2) * width for k in ks], [hist[k] / total for k in ks], width,
                    label=f"budget {b}")
         ax.set_title(method, fontsize=9)
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_xlabel("commits per pass")
         ax.set_ylabel("share of passes")
         ax.legend(fontsize=7)

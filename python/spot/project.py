@@ -284,7 +284,7 @@ def format_curve(shape: Shape, gpu: GPU, block: int, prefix: int, batch: int, me
 
 def plot(rows_by_shape: dict[str, list[dict]], path, title: str) -> None:
     """Projected speed-up against budget, one line per (shape, method); measured-curve lines dotted."""
-    from .plots import pyplot
+    from .plots import budget_axis, pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
@@ -299,8 +299,7 @@ def plot(rows_by_shape: dict[str, list[dict]], path, title: str) -> None:
                 ax.plot([r["budget"] for r in mine], [r["measured_speedup"] for r in mine], styles.get(method, "-."),
                         color=color, marker="x", alpha=0.6, label=f"{shape} {method} (measured pass time)")
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tree budget N (nodes per pass)")
+    budget_axis(ax, [r["budget"] for rows in rows_by_shape.values() for r in rows])
     ax.set_ylabel("tokens/s vs standard")
     ax.set_title(f"{title}\n{LABEL}", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
