@@ -76,6 +76,18 @@ def test_speedup_formula():
     assert (8, 3.0) in seen  # a tree pass's chain: (100 - 10) / 30 commits
 
 
+def test_lm_head_over_the_chain_costs_less_only_where_it_is_shorter():
+    acc = pj.Acceptance("spot", 32, commits=100, passes=40, first_passes=10, block_size=32, source="test")
+    assert acc.chain == 3.0
+    shape, gpu = pj.SHAPES["qwen3-8b"], pj.GPUS["h200"]
+    (every,), (chain,) = (pj.project([acc], shape, gpu, lm_head=h) for h in ("all", "chain"))
+    want = pj.pass_seconds(shape, gpu, 32, 32, 1024, head_nodes=3.0)
+    assert chain["pass_ms"] == pytest.approx(1e3 * want) and chain["pass_ms"] < every["pass_ms"]
+    assert chain["speedup"] > every["speedup"] and chain["pass_ms_standard"] == every["pass_ms_standard"]
+    with pytest.raises(ValueError, match="lm_head"):
+        pj.project([acc], shape, gpu, lm_head="some")
+
+
 def _bench_json(path, budget, spot_hist, settings=None):
     s = {"num_prompts": 2, "max_new_tokens": 64, "block_size": 32, "budget": budget, **(settings or {})}
     path.write_text(json.dumps({"settings": s, "methods": {"standard": {"commits_per_pass": {"1": 128}},
