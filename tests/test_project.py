@@ -84,6 +84,9 @@ def test_lm_head_over_the_chain_costs_less_only_where_it_is_shorter():
     want = pj.pass_seconds(shape, gpu, 32, 32, 1024, head_nodes=3.0)
     assert chain["pass_ms"] == pytest.approx(1e3 * want) and chain["pass_ms"] < every["pass_ms"]
     assert chain["speedup"] > every["speedup"] and chain["pass_ms_standard"] == every["pass_ms_standard"]
+    for r in (every, chain):  # absolute tokens/s per sequence: standard commits one per t(1)
+        assert r["tokens_per_second_standard"] == pytest.approx(1e3 / r["pass_ms_standard"])
+        assert r["tokens_per_second"] == pytest.approx(r["speedup"] * r["tokens_per_second_standard"])
     with pytest.raises(ValueError, match="lm_head"):
         pj.project([acc], shape, gpu, lm_head="some")
 

@@ -106,7 +106,7 @@ def format_commit_order(order: list[int], pass_starts: list[int], label: str = "
     size = len(order)
     cells = "".join(PASS_DIGITS[at[j]] if at.get(j, -1) in range(len(PASS_DIGITS)) else ("." if j not in at else "+")
                     for j in range(size))
-    tens = "".join(str(j // 10) if j % 10 == 0 else " " for j in range(size))
+    tens = "".join(str(j // 10) if j % 10 == 0 else " " for j in range(size)).rstrip()
     units = "".join(str(j % 10) for j in range(size))
     head = f"{label}{len(pass_starts)} passes, {len(at)} positions committed"
     return f"{head}\n  position {tens}\n           {units}\n  pass     {cells}"

@@ -199,14 +199,17 @@ def load_acceptance(paths) -> list[Acceptance]:
 
 # ------------------------------------------------------------------------------------------- projection
 
+def decode_seconds(acc: Acceptance, pass_time) -> float:
+    """Seconds of target passes for `acc`'s decode, per sequence, given pass_time(nodes, head_nodes)."""
+    return acc.first_passes * pass_time(1, 1) + (acc.passes - acc.first_passes) * pass_time(acc.budget, acc.chain)
+
+
 def speedup(acc: Acceptance, pass_time) -> float:
     """Tokens/s of `acc`'s method over standard's, given pass_time(nodes, head_nodes) in seconds.
 
     The first pass of a block scores the all-mask root alone; every other pass is charged the full budget (trees
     that stop growing early cost less, so this is conservative). Standard commits one position per t(1)."""
-    rest = acc.passes - acc.first_passes
-    seconds = acc.first_passes * pass_time(1, 1) + rest * pass_time(acc.budget, acc.chain)
-    return acc.commits * pass_time(1, 1) / seconds
+    return acc.commits * pass_time(1, 1) / decode_seconds(acc, pass_time)
 
 
 def project(accs, shape: Shape, gpu: GPU, prefix: int = 1024, batch: int = 1, lm_head: str = "all",
@@ -228,7 +231,9 @@ def project(accs, shape: Shape, gpu: GPU, prefix: int = 1024, batch: int = 1, lm
         row = {"shape": shape.name, "gpu": gpu.name, "method": a.method, "budget": a.budget,
                "commits_per_pass": a.commits_per_pass, "pass_reduction": a.commits / a.passes,
                "pass_ms": 1e3 * roof(a.budget, a.chain), "pass_ms_standard": 1e3 * roof(1, 1),
-               "bound": cost.bound(gpu), "speedup": speedup(a, roof)}
+               "bound": cost.bound(gpu), "speedup": speedup(a, roof),
+               "tokens_per_second": batch * a.commits / decode_seconds(a, roof),
+               "tokens_per_second_standard": batch / roof(1, 1)}
         if measured:
             row["measured_pass_ms"] = 1e3 * interpolate(measured, a.budget)
             row["measured_speedup"] = speedup(a, lambda n, chain: interpolate(measured, n))
@@ -262,13 +267,14 @@ def format_table(rows: list[dict]) -> str:
         return ""
     measured = "measured_speedup" in rows[0]
     head = (f"{'shape':<11} {'method':<11} {'budget':>6} {'commits/pass':>12} {'pass ms':>8} {'std ms':>7} "
-            f"{'bound':<7} {'speed-up':>8}")
+            f"{'bound':<7} {'tok/s':>7} {'std tok/s':>9} {'speed-up':>8}")
     if measured:
         head += f" {'meas. ms':>9} {'meas. x':>8}"
     lines = [f"{LABEL}: {rows[0]['gpu']}", head]
     for r in rows:
         line = (f"{r['shape']:<11} {r['method']:<11} {r['budget']:>6} {r['commits_per_pass']:>12.3f} "
-                f"{r['pass_ms']:>8.3f} {r['pass_ms_standard']:>7.3f} {r['bound']:<7} {r['speedup']:>7.2f}x")
+                f"{r['pass_ms']:>8.3f} {r['pass_ms_standard']:>7.3f} {r['bound']:<7} {r['tokens_per_second']:>7.0f} "
+                f"{r['tokens_per_second_standard']:>9.0f} {r['speedup']:>7.2f}x")
         if measured:
             line += f" {r['measured_pass_ms']:>9.3f} {r['measured_speedup']:>7.2f}x"
         lines.append(line)
@@ -276,13 +282,18 @@ def format_table(rows: list[dict]) -> str:
         for method, r in best([r for r in rows if r["shape"] == shape]).items():
             lines.append(f"best budget ({shape}, {method}): {r['budget']} -> {r['speedup']:.2f}x standard "
                          f"[{LABEL}]")
+        if measured:
+            for method, r in best([r for r in rows if r["shape"] == shape], "measured_speedup").items():
+                lines.append(f"best budget ({shape}, {method}) by measured pass times: {r['budget']} -> "
+                             f"{r['measured_speedup']:.2f}x standard [measured pass times x the benchmark's "
+                             "commits per pass]")
     return "\n".join(lines)
 
 
 def format_curve(shape: Shape, gpu: GPU, block: int, prefix: int, batch: int, measured: dict[int, float]) -> str:
     """Measured pass times beside the roofline's, per node count."""
-    lines = [f"pass time per node count, {shape.name} on {gpu.name}, B = {block}, prefix {prefix}, batch {batch}: "
-             f"roofline ({LABEL}) against measured",
+    lines = [f"pass time per node count, {shape.name}, B = {block}, prefix {prefix}, batch {batch}: the {gpu.name} "
+             f"roofline [{LABEL}] beside the measured pass",
              f"{'nodes':>5} {'roofline ms':>11} {'measured ms':>11} {'measured/roofline':>17}"]
     for n in sorted(measured):
         roof = pass_seconds(shape, gpu, n, block, prefix, batch)
