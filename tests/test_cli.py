@@ -81,6 +81,9 @@ def test_bench_prompts_file_decodes_every_line_unless_num_prompts(tmp_path):
 def test_bench_budgets_writes_by_budget_and_plots(tmp_path, capsys):
     """--budgets runs standard once and every other method at each budget (by_budget in the JSON); --plot DIR
     writes the pass-reduction and commits-per-pass PNGs."""
+    import pytest
+
+    pytest.importorskip("matplotlib")
     out, plots = tmp_path / "bench.json", tmp_path / "plots"
     rc = main(["bench", "--target", "random", "--num-prompts", "2", "--max-new-tokens", "8", "--block-size", "4",
                "--budgets", "1,4", "--methods", "standard,confidence,oracle", "--json", str(out), "--plot",
@@ -99,7 +102,5 @@ def test_bench_budgets_writes_by_budget_and_plots(tmp_path, capsys):
         png = plots / name
         assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
     assert "confidence       4" in capsys.readouterr().out
-    import pytest
-
     with pytest.raises(SystemExit, match="--budgets"):
         main(["bench", "--target", "random", "--budgets", "4,x"])

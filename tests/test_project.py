@@ -114,6 +114,7 @@ def test_load_acceptance_reads_bench_and_budget_curve_json(tmp_path):
 
 
 def test_cli_project_prints_a_labelled_table_and_writes_a_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
     a = _bench_json(tmp_path / "a.json", 4, {"1": 4, "2": 30, "3": 20})
     b = _bench_json(tmp_path / "b.json", 32, {"1": 4, "3": 20, "4": 16})
     png, out = tmp_path / "p.png", tmp_path / "p.json"
@@ -227,3 +228,13 @@ def test_generate_show_order_cli(capsys):
     text = capsys.readouterr().out
     assert "standard block 0: 4 passes, 4 positions committed" in text and "standard block 1:" in text
     assert "confidence block 1:" in text and "  pass     " in text
+
+
+def test_plot_without_matplotlib_is_refused_before_any_work(tmp_path, monkeypatch):
+    a = _bench_json(tmp_path / "a.json", 4, {"1": 4, "2": 30, "3": 20})
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit, match="matplotlib is not installed"):
+        main(["project", str(a), "--plot", str(tmp_path / "p.png")])
+    with pytest.raises(SystemExit, match="matplotlib is not installed"):
+        main(["bench", "--target", "random", "--plot", str(tmp_path / "d")])
+    assert not (tmp_path / "p.png").exists()

@@ -240,10 +240,19 @@ def _int_list(flag: str, text: str) -> list[int]:
     return list(dict.fromkeys(values))
 
 
+def _check_matplotlib() -> None:
+    """--plot needs matplotlib: refused before anything runs when it is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit("--plot: matplotlib is not installed (pip install matplotlib)") from None
+
+
 def _check_plot_folder(folder) -> None:
     """--plot's folder is created (or must be a folder) and writable, before anything runs."""
     from pathlib import Path
 
+    _check_matplotlib()
     path = Path(folder)
     if path.exists() and not path.is_dir():
         raise SystemExit(f"--plot {folder}: exists and is not a folder")
@@ -267,6 +276,7 @@ def cmd_project(a) -> int:
         raise SystemExit(f"--shapes: unknown {bad or 'empty'}; choose from {','.join(pj.SHAPES)}")
     _at_least(a, {"prefix": 0, "batch": 1})
     if a.plot:
+        _check_matplotlib()
         try:
             check_writable(a.plot)
         except ValueError as e:
