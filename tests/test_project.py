@@ -238,3 +238,14 @@ def test_plot_without_matplotlib_is_refused_before_any_work(tmp_path, monkeypatc
     with pytest.raises(SystemExit, match="matplotlib is not installed"):
         main(["bench", "--target", "random", "--plot", str(tmp_path / "d")])
     assert not (tmp_path / "p.png").exists()
+
+
+def test_decoding_and_the_cli_never_import_matplotlib():
+    """matplotlib is for --plot only: `import spot`, the CLI module and the projection module leave it unloaded."""
+    import subprocess
+
+    code = ("import sys, spot, spot.cli, spot.project, spot.plots; "
+            "print('matplotlib' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
