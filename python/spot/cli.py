@@ -201,7 +201,9 @@ def cmd_bench(a) -> int:
     prompts = _prompts(a, target)
     if not prompts:
         raise SystemExit("bench: no prompts to decode")
-    settings = _settings(a) if budgets is None else {**_settings_with_budget(a, budgets[0])}
+    if budgets:
+        a.budget = str(budgets[0])  # --budgets replaces --budget
+    settings = _settings(a)
     for budget in budgets or [settings["budget"]]:
         _check_settings(target, prompts, {**settings, "budget": budget})
     report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods, a),
@@ -219,15 +221,6 @@ def cmd_bench(a) -> int:
         for path in bench_plots(report, a.plot):
             print(f"wrote {path}")
     return 0
-
-
-def _settings_with_budget(a, budget: int) -> dict:
-    """_settings without reading --budget (replaced by --budgets)."""
-    saved, a.budget = a.budget, str(budget)
-    try:
-        return _settings(a)
-    finally:
-        a.budget = saved
 
 
 def _int_list(flag: str, text: str) -> list[int]:
@@ -277,10 +270,12 @@ def cmd_project(a) -> int:
     _at_least(a, {"prefix": 0, "batch": 1})
     if a.plot:
         _check_matplotlib()
-        try:
-            check_writable(a.plot)
-        except ValueError as e:
-            raise SystemExit(f"--plot {e}") from None
+    for flag, path in (("--plot", a.plot), ("--json", a.json)):
+        if path:
+            try:
+                check_writable(path)
+            except ValueError as e:
+                raise SystemExit(f"{flag} {e}") from None
     try:
         accs = pj.load_acceptance(a.inputs)
     except (ValueError, KeyError) as e:
@@ -352,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("project", help="GPU roofline projection of a benchmark's speed-up (not a measurement)")
     p.add_argument("inputs", nargs="+", help="`spot bench --json` reports and/or bench/budget_curve.py JSON files "
                    "(one block size; several budgets from several files or from --budgets)")
-    p.add_argument("--gpu", default="h200", help="h100 or h200 (SXM)")
+    p.add_argument("--gpu", default="h200", help="h100 or h200 (SXM; docs/projection.md names the datasheets)")
     p.add_argument("--shapes", default="embedded,qwen3-1.7b,qwen3-4b,qwen3-8b", help="model shapes, comma-separated")
     p.add_argument("--methods", default="spot,confidence", help="methods to project (standard is the baseline)")
     p.add_argument("--prefix", type=int, default=1024, help="cached prefix tokens each pass attends to")
