@@ -1,0 +1,65 @@
+"""Tiny random Hugging Face models for the HFTarget and integration tests (imported by them; not a test file).
+
+Weights are scaled so predictions are peaked and drafted trees are accepted; float64 so that exactness tests do
+not hinge on rounding."""
+
+import functools
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+VOCAB = 96
+MASK_ID = 95
+EOS_ID = 2
+PROMPTS = [[5, 9, 14, 20, 33], [7, 8], [3, 50, 60, 70, 80, 90, 11, 12, 13]]
+
+
+def config(arch: str, attn: str = "sdpa", **overrides):
+    shape = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+                 eos_token_id=EOS_ID, pad_token_id=0)
+    shape.update(overrides)
+    cfg = Qwen3Config(head_dim=8, **shape) if arch == "qwen3" else LlamaConfig(**shape)
+    cfg._attn_implementation = attn
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def model(arch: str, attn: str = "sdpa", seed: int = 0, scale: float = 30.0, dtype=torch.float64):
+    """A tiny random causal LM (arch "qwen3" or "llama") whose LM head is scaled by `scale` (peaked predictions).
+    Cached: callers must not modify it."""
+    torch.manual_seed(seed)
+    cls = Qwen3ForCausalLM if arch == "qwen3" else LlamaForCausalLM
+    m = cls(config(arch, attn))
+    with torch.no_grad():
+        m.lm_head.weight.mul_(scale)
+    return m.to(dtype).eval()
+
+
+class IgnoresMask(torch.nn.Module):
+    """A model that drops the attention mask it is given (as some remote-code DLMs do)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+        return self.inner(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values,
+                          use_cache=use_cache)
+
+
+def save_tokenizer(directory, words=VOCAB):
+    """A word-level tokenizer over ids 0..words-1 ("<pad>", "<unk>", "</s>", "w3", ..., "<mask>" last), saved
+    with save_pretrained."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<unk>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, words - 1)}, "<mask>": words - 1}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
+    fast.save_pretrained(directory)
+    return fast
