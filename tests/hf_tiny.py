@@ -63,3 +63,30 @@ def save_tokenizer(directory, words=VOCAB):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
     fast.save_pretrained(directory)
     return fast
+
+
+class LLaDA2StandIn(torch.nn.Module):
+    """A stand-in for LLaDA2's model as diffusers' LLaDA2Pipeline calls it: model(ids, attention_mask=<2D>,
+    position_ids=...) -> .logits, attending block-causally (a query sees the keys of its own block and of every
+    earlier one, among the valid ones of the 2D mask) and never predicting the mask token. Counts its calls."""
+
+    def __init__(self, inner, block_length: int, mask_id: int = MASK_ID):
+        super().__init__()
+        self.inner, self.config, self.block_length, self.mask_id = inner, inner.config, block_length, mask_id
+        self.calls = 0
+
+    @property
+    def device(self):  # diffusers pipelines ask their modules for it
+        return self.inner.device
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+        self.calls += 1
+        n = input_ids.shape[1]
+        block = torch.arange(n, device=input_ids.device) // self.block_length
+        visible = (block[None, :] <= block[:, None])[None, None]
+        if attention_mask is not None:
+            visible = visible & attention_mask.bool()[:, None, None, :]
+        visible = visible | torch.eye(n, dtype=torch.bool, device=input_ids.device)  # no empty row
+        out = self.inner(input_ids=input_ids, attention_mask=visible, position_ids=position_ids)
+        out.logits[..., self.mask_id] = float("-inf")
+        return out

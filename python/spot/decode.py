@@ -153,7 +153,9 @@ class _Run:
 def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Tensor:
     """Commit every position of block `blk`, a tree per pass; record the commit order in `order` [b, B]."""
     target, (b, block_size) = run.target, order.shape
-    block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
+    block = session.initial_block(block_size)
+    if block is None:
+        block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
     step = torch.zeros(b, dtype=torch.long, device=target.device)  # commits already in each row's block
     stale = None
     while bool((block == target.mask_id).any()):
