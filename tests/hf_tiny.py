@@ -90,3 +90,13 @@ class LLaDA2StandIn(torch.nn.Module):
         out = self.inner(input_ids=input_ids, attention_mask=visible, position_ids=position_ids)
         out.logits[..., self.mask_id] = float("-inf")
         return out
+
+
+def wide_model(vocab: int = 40001, seed: int = 0):
+    """A tiny Llama over a vocabulary past int16's range, whose LM head favours the ids above 32768."""
+    torch.manual_seed(seed)
+    m = LlamaForCausalLM(config("llama", vocab_size=vocab, hidden_size=16, intermediate_size=32,
+                                num_hidden_layers=1)).eval()
+    with torch.no_grad():
+        m.lm_head.weight[2**15:] += 0.5 * m.lm_head.weight[2**15:].abs().mean() + 0.2
+    return m

@@ -179,3 +179,43 @@ def test_cli_generates_with_a_checkpoint(checkpoint, capsys):
     with pytest.raises(SystemExit, match="mask token"):
         main(["generate", "--target", str(checkpoint), "--prompt", "w5", "--max-new-tokens", "4",
               "--block-size", "4", "--methods", "standard"])
+
+
+def test_collect_and_train_a_drafter_for_a_checkpoint(checkpoint, tmp_path):
+    """`spot build collect` + `spot build drafter` on a Hugging Face checkpoint: the two commands write their files
+    (ids of a vocabulary past 32768 tokens would be int32) and the trained drafter decodes the target exactly."""
+    from safetensors import safe_open
+    from spot.cli import main
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"w{3 + i} w{10 + 2 * i} w{40 + i}\n" for i in range(8)))
+    traj, drafter_dir = tmp_path / "traj", tmp_path / "drafter"
+    assert main(["build", "collect", "--target", str(checkpoint), "--mask-token", "<mask>", "--dtype", "float64",
+                 "--layout", "bidirectional", "--prompts-file", str(prompts), "--num-prompts", "8",
+                 "--block-sizes", "4", "--temperatures", "0,1", "--max-new-tokens", "8", "--batch-size", "4",
+                 "--out", str(traj), "--quiet"]) == 0
+    with safe_open(str(traj / "traj-B4-T0.safetensors"), "pt") as f:
+        assert f.get_tensor("order").shape == (8 * 2, 4) and f.get_tensor("topk_ids").dtype == torch.int16
+    assert main(["build", "drafter", "--data", str(traj), "--out", str(drafter_dir), "--steps", "30",
+                 "--batch-size", "32", "--eval-every", "30", "--heldout-every", "4", "--resampled", "--quiet"]) == 0
+    drafter = spot.load_drafter(str(drafter_dir))
+    assert drafter.model.cfg.token_buckets == 0  # reads no token ids: runs on this vocabulary
+    t = spot.load_target(str(checkpoint), dtype="float64", layout="bidirectional", mask_token="<mask>")
+    for temperature in (0.0, 1.0):
+        ref = spot.generate(t, hf_tiny.PROMPTS, "standard", max_new_tokens=8, block_size=4, eos_id=None,
+                            temperature=temperature)
+        out = spot.generate(t, hf_tiny.PROMPTS, "spot", drafter=drafter, max_new_tokens=8, block_size=4,
+                            eos_id=None, temperature=temperature, budget=8)
+        assert out.tokens == ref.tokens and out.stats.target_passes < ref.stats.target_passes
+
+
+def test_collect_stores_wide_vocabularies_as_int32(tmp_path):
+    from safetensors import safe_open
+    from spot.build.collect import collect
+
+    t = HFTarget(hf_tiny.wide_model(), "block_causal", mask_id=40000, self_check=False)
+    (path,) = collect(t, [[5, 6, 7]], tmp_path, block_sizes=(4,), temperatures=(0.0,), max_new_tokens=4,
+                      batch_size=1, progress=False)
+    with safe_open(str(path), "pt") as f:
+        ids = f.get_tensor("topk_ids")
+        assert ids.dtype == torch.int32 and int(ids.max()) >= 2**15  # ids past int16 survive

@@ -11,7 +11,7 @@ from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .loading import DTYPES, load_target
 
 
-def _target_args(p: argparse.ArgumentParser) -> None:
+def add_target_args(p: argparse.ArgumentParser) -> None:
     """Which target to load, where, and the noise seed: shared by every command that runs the target."""
     p.add_argument("--target", default="default", help="'default' (embedded), 'random', a weights directory, or a "
                    "Hugging Face checkpoint directory (config.json + weights; nothing is downloaded)")
@@ -29,7 +29,7 @@ def _target_args(p: argparse.ArgumentParser) -> None:
                     help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR); only for code you trust")
 
 
-def _load_target(a):
+def target_from_args(a):
     """The target of --target with its flags; the Hugging Face flags apply to checkpoint directories only."""
     from .hf import is_hf_directory
     if a.target in ("default", "random") or not is_hf_directory(a.target):
@@ -47,7 +47,7 @@ def _drafter_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    _target_args(p)
+    add_target_args(p)
     _drafter_arg(p)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -129,7 +129,7 @@ def _prompts(a, target) -> list[list[int]]:
     count = getattr(a, "num_prompts", 1)
     texts = None
     if getattr(a, "prompts_file", None):
-        texts = _read_prompts_file(a.prompts_file)
+        texts = read_prompts_file(a.prompts_file)
     elif getattr(a, "prompt", None) is not None:
         texts = [a.prompt]
     if texts is not None:
@@ -142,7 +142,7 @@ def _prompts(a, target) -> list[list[int]]:
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
 
 
-def _read_prompts_file(path) -> list[str]:
+def read_prompts_file(path) -> list[str]:
     """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines); errors name the file."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -171,7 +171,7 @@ def _held_out_prompts(target, count: int):
 def cmd_generate(a) -> int:
     _at_least(a, {"prompt_len": 0})
     methods = _methods(a.methods)
-    target = _load_target(a)
+    target = target_from_args(a)
     prompts = _prompts(a, target)[:1]
     settings = _settings(a)
     _check_settings(target, prompts, settings)
@@ -202,7 +202,7 @@ def cmd_bench(a) -> int:
             check_writable(a.json)
         except ValueError as e:
             raise SystemExit(f"--json {e}") from None
-    target = _load_target(a)
+    target = target_from_args(a)
     prompts = _prompts(a, target)
     if not prompts:
         raise SystemExit("bench: no prompts to decode")
