@@ -11,12 +11,34 @@ from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .loading import DTYPES, load_target
 
 
-def _target_args(p: argparse.ArgumentParser) -> None:
+def add_target_args(p: argparse.ArgumentParser) -> None:
     """Which target to load, where, and the noise seed: shared by every command that runs the target."""
-    p.add_argument("--target", default="default", help="'default' (embedded), 'random', or a weights directory")
+    p.add_argument("--target", default="default", help="'default' (embedded), 'random', a weights directory, or a "
+                   "Hugging Face checkpoint directory (config.json + weights; nothing is downloaded)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    hf = p.add_argument_group("Hugging Face targets (--target DIR with a config.json)")
+    hf.add_argument("--layout", default="block_causal", choices=("block_causal", "bidirectional"),
+                    help="block_causal: SDAR / BD3-LM / LLaDA2 (KV-cached prefix); bidirectional: LLaDA / Dream")
+    hf.add_argument("--mask-token", help="the mask token's text (default: the tokenizer's or config's mask token)")
+    hf.add_argument("--mask-id", type=int, help="the mask token's id (instead of --mask-token)")
+    hf.add_argument("--logits-shift", type=int, default=0, choices=(0, 1),
+                    help="1 for models whose logit for position i is read at i - 1 (Dream)")
+    hf.add_argument("--trust-remote-code", action="store_true",
+                    help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR); only for code you trust")
+
+
+def target_from_args(a):
+    """The target of --target with its flags; the Hugging Face flags apply to checkpoint directories only."""
+    from .hf import is_hf_directory
+    if a.target in ("default", "random") or not is_hf_directory(a.target):
+        return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    try:
+        return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout, mask_token=a.mask_token,
+                           mask_id=a.mask_id, logits_shift=a.logits_shift, trust_remote_code=a.trust_remote_code)
+    except (FileNotFoundError, ValueError, ImportError) as e:
+        raise SystemExit(f"--target {a.target}: {e}") from None
 
 
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
@@ -25,7 +47,7 @@ def _drafter_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    _target_args(p)
+    add_target_args(p)
     _drafter_arg(p)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -107,7 +129,7 @@ def _prompts(a, target) -> list[list[int]]:
     count = getattr(a, "num_prompts", 1)
     texts = None
     if getattr(a, "prompts_file", None):
-        texts = _read_prompts_file(a.prompts_file)
+        texts = read_prompts_file(a.prompts_file)
     elif getattr(a, "prompt", None) is not None:
         texts = [a.prompt]
     if texts is not None:
@@ -120,7 +142,7 @@ def _prompts(a, target) -> list[list[int]]:
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
 
 
-def _read_prompts_file(path) -> list[str]:
+def read_prompts_file(path) -> list[str]:
     """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines); errors name the file."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -149,7 +171,7 @@ def _held_out_prompts(target, count: int):
 def cmd_generate(a) -> int:
     _at_least(a, {"prompt_len": 0})
     methods = _methods(a.methods)
-    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    target = target_from_args(a)
     prompts = _prompts(a, target)[:1]
     settings = _settings(a)
     _check_settings(target, prompts, settings)
@@ -197,7 +219,7 @@ def cmd_bench(a) -> int:
             raise SystemExit(f"--json {e}") from None
     if a.plot:
         _check_plot_folder(a.plot)
-    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    target = target_from_args(a)
     prompts = _prompts(a, target)
     if not prompts:
         raise SystemExit("bench: no prompts to decode")
