@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-DEPS   := torch numpy safetensors tokenizers tqdm pytest pytest-benchmark hypothesis ninja setuptools wheel ruff
+DEPS   := torch numpy safetensors tokenizers tqdm matplotlib pytest pytest-benchmark hypothesis ninja setuptools \
+          wheel ruff transformers diffusers
 
 .PHONY: install demo test bench clean
 

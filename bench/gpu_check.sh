@@ -2,7 +2,8 @@
 # The one prepared script for a (briefly lent) GPU machine (docs/design.md §6): install, GPU tests, GPU
 # microbenchmarks.
 # Writes into $OUT (default ./gpu_out): gpu_check.log, tests.xml, tests_rest.xml, gpu_bench.json, bench_ops.json,
-# triton_compile.log, summary.json. Finishes within about 8 minutes: every step has a deadline.
+# triton_compile.log, projection.txt, projection.json, projection_measured.png, summary.json. Finishes within about
+# 8 minutes: every step has a deadline.
 #
 #   OUT=/some/dir bash bench/gpu_check.sh            # from the repository root
 #
@@ -68,6 +69,16 @@ step "GPU microbenchmarks (bench/gpu_bench.py)"
 T=$(budget 200 40)
 timeout $((T + 20)) $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json" --budget "$T"
 STATUS[gpu_bench]="exit $?"
+
+step "projection beside the measured pass-time curve (spot project --measured)"
+T=$(budget 20 30)
+GPU_KEY=$($PY -c "import torch; print('h100' if 'H100' in torch.cuda.get_device_name() else 'h200')" 2>/dev/null || echo h200)
+PLOT=""
+$PY -c "import matplotlib" 2>/dev/null && PLOT="--plot $OUT/projection_measured.png"
+timeout "$T" $PY -m spot project bench/results/embedded-b32-t0-budgets-1-32.json --gpu "$GPU_KEY" \
+  --shapes qwen3-8b --measured "$OUT/gpu_bench.json" $PLOT --json "$OUT/projection.json" > "$OUT/projection.txt" 2>&1
+STATUS[projection]="exit $?"
+tail -25 "$OUT/projection.txt"
 
 step "rest of the test suite"
 T=$(budget 100 25)

@@ -58,48 +58,70 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
 
 
 def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
-              **settings) -> dict:
-    """Run `methods` (standard always first, it is the reference) and return the JSON-ready report."""
+              budgets=None, **settings) -> dict:
+    """Run `methods` (standard always first, it is the reference) and return the JSON-ready report.
+
+    budgets: several tree budgets (each non-standard method runs at every one, standard once); the report then
+    holds, besides "methods" (standard, and every method at the first budget), "by_budget": {budget: {method:
+    entry}}, and settings.budget is the first budget."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
+    budgets = list(budgets) if budgets else [settings.get("budget", 16)]
+    settings["budget"] = budgets[0]
     report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
                            "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
     warm_up(target, prompts[0])
-    bar = tqdm(total=len(methods) * -(-len(prompts) // batch_size), desc="bench", disable=not progress,
-               unit="batch")
+    runs = [("standard", budgets[0])] + [(m, b) for b in budgets for m in methods[1:]]
+    bar = tqdm(total=len(runs) * -(-len(prompts) // batch_size), desc="bench", disable=not progress, unit="batch")
     standard = None
-    for method in methods:
-        bar.set_postfix(method=method)
+    by_budget: dict[str, dict] = {str(b): {} for b in budgets}
+    for method, budget in runs:
+        bar.set_postfix(method=method, budget=budget)
         run = decode_all(target, prompts, method, batch_size=batch_size, drafter=drafter, on_batch=bar.update,
-                         standard_orders=standard["orders"] if standard else None, **settings)
+                         standard_orders=standard["orders"] if standard else None, **{**settings, "budget": budget})
         standard = standard or run
-        passes, generated, seconds = run["target_passes"], run["generated_tokens"], run["seconds"]
-        report["methods"][method] = {
-            "target_passes": passes,
-            "generated_tokens": generated,
-            "passes_per_token": passes / generated if generated else None,
-            "seconds": seconds,
-            "tokens_per_second": generated / seconds if seconds else None,
-            "exact_match_vs_standard": run["tokens"] == standard["tokens"],
-            "commits_per_pass": {str(k): v for k, v in sorted(run["commits_per_pass"].items())},
-            "stage_seconds": dict(run["stage_seconds"]),
-        }
+        entry = _entry(run, standard)
+        if method == "standard" or budget == budgets[0]:
+            report["methods"][method] = entry
+        if method != "standard":
+            by_budget[str(budget)][method] = entry
     bar.close()
     base = report["methods"]["standard"]
-    for r in report["methods"].values():
+    for r in [*report["methods"].values(), *(e for t in by_budget.values() for e in t.values())]:
         r["pass_reduction_vs_standard"] = base["target_passes"] / r["target_passes"] if r["target_passes"] else None
         r["speedup_vs_standard"] = (r["tokens_per_second"] / base["tokens_per_second"]
                                     if r["tokens_per_second"] and base["tokens_per_second"] else None)
+    if len(budgets) > 1:
+        report["settings"]["budgets"] = budgets
+        report["by_budget"] = by_budget
     return report
 
 
+def _entry(run: dict, standard: dict) -> dict:
+    passes, generated, seconds = run["target_passes"], run["generated_tokens"], run["seconds"]
+    return {
+        "target_passes": passes,
+        "generated_tokens": generated,
+        "passes_per_token": passes / generated if generated else None,
+        "seconds": seconds,
+        "tokens_per_second": generated / seconds if seconds else None,
+        "exact_match_vs_standard": run["tokens"] == standard["tokens"],
+        "commits_per_pass": {str(k): v for k, v in sorted(run["commits_per_pass"].items())},
+        "stage_seconds": dict(run["stage_seconds"]),
+    }
+
+
 def format_report(report: dict) -> str:
-    lines = [f"{'method':<11} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} {'tok/s':>9} "
-             f"{'speedup':>8} exact"]
-    for name, r in report["methods"].items():
-        lines.append(f"{name:<11} {r['target_passes']:>7} {r['generated_tokens']:>7} "
+    lines = [f"{'method':<11} {'budget':>6} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} "
+             f"{'tok/s':>9} {'speedup':>8} exact"]
+    budget = report["settings"].get("budget")
+    rows = [(name, "" if name == "standard" else budget, r) for name, r in report["methods"].items()]
+    for b, table in list(report.get("by_budget", {}).items())[1:]:
+        rows += [(name, b, r) for name, r in table.items()]
+    for name, b, r in rows:
+        lines.append(f"{name:<11} {b:>6} {r['target_passes']:>7} {r['generated_tokens']:>7} "
                      f"{r['passes_per_token'] or float('nan'):>9.4f} {r['pass_reduction_vs_standard'] or 0:>8.2f}x "
                      f"{r['tokens_per_second'] or 0:>9.1f} {r['speedup_vs_standard'] or 0:>7.2f}x "
                      f"{r['exact_match_vs_standard']}")

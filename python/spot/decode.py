@@ -154,7 +154,9 @@ class _Run:
 def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Tensor:
     """Commit every position of block `blk`, a tree per pass; record the commit order in `order` [b, B]."""
     target, (b, block_size) = run.target, order.shape
-    block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
+    block = session.initial_block(block_size)
+    if block is None:
+        block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
     step = torch.zeros(b, dtype=torch.long, device=target.device)  # commits already in each row's block
     stale = None
     while bool((block == target.mask_id).any()):
@@ -403,7 +405,13 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
     if drafter is not None and not isinstance(drafter, Drafter):
         raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
-    max_block = getattr(getattr(getattr(drafter, "model", None), "cfg", None), "max_block", None)
+    drafter_cfg = getattr(getattr(drafter, "model", None), "cfg", None)
+    max_block = getattr(drafter_cfg, "max_block", None)
+    trained_vocab = getattr(drafter_cfg, "vocab_size", 0) if getattr(drafter_cfg, "token_buckets", 0) else 0
+    if method == "spot" and trained_vocab and trained_vocab != target.vocab_size:
+        raise ValueError(f"drafter: it reads token ids of a {trained_vocab}-token vocabulary (token buckets) and "
+                         f"this target's vocabulary has {target.vocab_size}; use a drafter trained without "
+                         "--token-buckets (it reads no token ids) or train one on this target")
     if method == "spot" and isinstance(max_block, int) and block_size > max_block:
         raise ValueError(f"block_size: {block_size} exceeds the drafter's max_block {max_block}")
     return clean, max_new_tokens, block_size, seed, float(temperature), eos_id, rows
