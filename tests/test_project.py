@@ -197,7 +197,7 @@ def _decode_with_pass_starts(method, block_size=8):
     target = sharp_target()
     starts = {}
     out = generate(target, [PROMPTS[0]], method, max_new_tokens=16, block_size=block_size, eos_id=None, budget=8,
-                   on_pass=lambda blk, step, stale: starts.setdefault(blk, []).append(int(step[0])))
+                   on_pass=lambda blk, step, stale: starts.setdefault(int(blk[0]), []).append(int(step[0])))
     return out, starts
 
 

@@ -184,7 +184,8 @@ def cmd_generate(a) -> int:
     rows = []
     for i, method in enumerate(methods):
         starts: dict[int, list[int]] = {}  # block -> commit step before each of its passes
-        on_pass = (lambda blk, step, stale: starts.setdefault(blk, []).append(int(step[0]))) if a.show_order else None
+        on_pass = (lambda blk, step, stale: starts.setdefault(int(blk[0]), []).append(int(step[0]))) \
+            if a.show_order else None
         out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, on_pass=on_pass,
                        **settings)
         if i == 0:

@@ -61,7 +61,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              width: int = 4, branch: int = 4, drafter: Drafter | None = None, eos_id: int | None = -1,
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
-             score_all_nodes: bool | None = None, allow_partial_block: bool = False) -> GenerateOutput:
+             score_all_nodes: bool | None = None, allow_partial_block: bool = False, max_batch: int | None = None,
+             lockstep: bool = False) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
@@ -70,13 +71,19 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     progress: an optional callable(done_blocks, total_blocks).
     orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
     uncounted, to find them).
-    on_pass: an optional callable(block_index, step, stale) called after every pass with the commit step of
-    each row before the pass and the StaleFeatures it produced (`spot build collect` records trajectories with it).
+    on_pass: an optional callable(block_index, step, stale) called after every pass with each row's block index
+    and commit step before the pass (int64 [rows]) and the StaleFeatures it produced (`spot build collect` records
+    trajectories with it).
     score_all_nodes: score every tree node in one call (default on accelerators) or only the chain verification
     can reach (default on CPU, where each scored row costs time); the tokens are the same either way.
     allow_partial_block: a block is always decoded whole (every one of its positions costs passes) and the output
     cut to max_new_tokens, so block_size > max_new_tokens is refused (it would spend up to block_size passes on
     fewer tokens) unless this is True.
+    max_batch: decode at most this many prompts at once (default: all); a row that is done (its blocks, or an
+    end-of-sequence token) leaves and the next prompt takes its place (continuous batching). Needs a target
+    whose sessions advance rows at their own pace (`Session.per_row`, the embedded target's).
+    lockstep: keep rows in lock-step even where the session could let each row start its next block as soon as
+    it finishes one (per-row progress, the default there); the tokens are the same either way.
 
     Arguments are checked before any work: temperature is 0 (greedy) or at least MIN_TEMPERATURE (below it the
     scaled logits overflow); integers may be Python or NumPy integers, never bools; rows lie in [0, 2**32) (the
@@ -85,6 +92,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows = _check_args(
         target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch, drafter,
         confidence, top_k, eos_id, rows, allow_partial_block)
+    if max_batch is not None and _integer("max_batch", max_batch) < 1:
+        raise ValueError(f"max_batch: expected None or >= 1, got {max_batch}")
     if eos_id == -1:
         eos_id = target.eos_id
     b, dev = len(prompts), target.device
@@ -94,7 +103,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
             orders = generate(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=block_size,
                               temperature=temperature, seed=seed, eos_id=eos_id, confidence=confidence,
                               top_k=top_k, rows=rows, backend=backend,
-                              allow_partial_block=allow_partial_block).orders
+                              allow_partial_block=allow_partial_block, max_batch=max_batch,
+                              lockstep=lockstep).orders
         drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
         drafter = ConfidenceDrafter()
@@ -106,28 +116,104 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                _score_all_nodes if score_all_nodes else _score_accepted_chain, on_pass, DecodeStats(method))
 
     t0 = time.perf_counter()
-    session = target.start(prompts, max_new_tokens, block_size)
+    width_of_batch = b if max_batch is None else min(b, max_batch)
+    session = target.start(prompts[:width_of_batch], max_new_tokens, block_size)
+    per_row = session.per_row and not lockstep
+    if width_of_batch < b and not per_row:
+        raise ValueError(f"max_batch: {b} prompts through {width_of_batch} rows needs a target whose sessions admit "
+                         f"rows ({type(target).__name__} keeps rows in lock-step): decode them in groups instead")
     n_blocks = -(-max_new_tokens // block_size) if max_new_tokens else 0
     orders = torch.full((b, n_blocks, block_size), -1, dtype=torch.long, device=dev)
-    blocks = []
-    finished = torch.zeros(b, dtype=torch.bool, device=dev)
-    for blk in range(n_blocks):
-        block = _decode_block(run, session, blk, orders[:, blk])
-        session.append(block)
-        blocks.append(block)
+    blocks: list[list[torch.Tensor]] = [[] for _ in range(b)]
+    slots = _Slots(torch.arange(width_of_batch if n_blocks else 0, device=dev), block_size, target.mask_id)
+    slots.new_blocks(slots.all(), session.initial_block(block_size))
+    waiting = list(range(width_of_batch, b)) if n_blocks else []
+    done_blocks = 0
+    while len(slots):
+        run.rows = rows[slots.sequence]
+        _one_pass(run, session, slots, orders)
+        complete = ~(slots.block == target.mask_id).any(1)
+        if not bool(complete.any()) or not (per_row or bool(complete.all())):
+            continue  # lock-step: every row waits for the slowest
+        finished = torch.nonzero(complete).flatten()
+        if per_row:
+            session.append(slots.block[finished], rows=finished)
+        else:
+            session.append(slots.block)  # the Session contract's lock-step form: every row
+        for i, seq in zip(finished.tolist(), slots.sequence[finished].tolist()):
+            blocks[seq].append(slots.block[i].clone())
+        done_blocks += len(finished)
+        slots.block_index[finished] += 1
+        over = complete & (slots.block_index >= n_blocks)
         if eos_id is not None:
-            finished |= (block == eos_id).any(1)
+            over |= complete & (slots.block == eos_id).any(1)
         if progress is not None:
-            progress(blk + 1, n_blocks)
-        if bool(finished.all()):
-            break
+            progress(done_blocks, b * n_blocks)
+        if per_row:  # rows that are over leave the session; the others start their next block at once
+            keep = torch.nonzero(~over).flatten()
+            if len(keep) < len(slots):
+                session.release(keep)
+                slots.keep(keep)
+                complete = complete[keep]
+            slots.new_blocks(torch.nonzero(complete).flatten())
+            if waiting and len(slots) < width_of_batch:  # waiting prompts take the free rows, in order
+                new, waiting = waiting[:width_of_batch - len(slots)], waiting[width_of_batch - len(slots):]
+                session.admit([prompts[i] for i in new])
+                slots.admit(torch.tensor(new, dtype=torch.long, device=dev))
+        else:
+            slots.over |= over
+            if bool(slots.over.all()):
+                break
+            slots.new_blocks(slots.all(), session.initial_block(block_size))
+            # a row that is over rides along, its block complete, until the last row is over
+            slots.block[slots.over] = eos_id if eos_id is not None else target.mask_id
     stats = run.stats
     stats.target_passes = session.passes
-    out = torch.cat(blocks, 1) if blocks else torch.empty(b, 0, dtype=torch.long, device=dev)
-    tokens = [_cut(row, max_new_tokens, eos_id) for row in out.tolist()]
+    out = [torch.cat(row) if row else torch.empty(0, dtype=torch.long, device=dev) for row in blocks]
+    tokens = [_cut(row.tolist(), max_new_tokens, eos_id) for row in out]
     stats.generated_tokens = sum(len(t) for t in tokens)
     stats.seconds = time.perf_counter() - t0
     return GenerateOutput(tokens, stats, orders)
+
+
+class _Slots:
+    """Where every row of the session stands: the prompt it decodes, its block (index, state, commits so far) and
+    the stale features its next tree is drafted from (valid once the block has had a pass)."""
+
+    def __init__(self, sequence: torch.Tensor, block_size: int, mask_id: int):
+        n, dev = len(sequence), sequence.device
+        self.sequence = sequence  # [s] prompt index of each row
+        self.block_size, self.mask_id = block_size, mask_id
+        self.block = torch.full((n, block_size), mask_id, dtype=torch.long, device=dev)
+        self.step = torch.zeros(n, dtype=torch.long, device=dev)  # commits already in each row's block
+        self.block_index = torch.zeros(n, dtype=torch.long, device=dev)
+        self.has_stale = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.over = torch.zeros(n, dtype=torch.bool, device=dev)  # lock-step only: done, riding along
+        self.stale: StaleFeatures | None = None
+
+    def __len__(self) -> int:
+        return len(self.sequence)
+
+    def all(self) -> torch.Tensor:
+        return torch.arange(len(self), device=self.sequence.device)
+
+    def new_blocks(self, index: torch.Tensor, initial: torch.Tensor | None = None) -> None:
+        """Rows `index` start a block: every position masked (or `initial`, the session's state of it)."""
+        self.block[index] = self.mask_id if initial is None else initial[index]
+        self.step[index] = 0
+        self.has_stale[index] = False
+
+    def keep(self, index: torch.Tensor) -> None:
+        for name in ("sequence", "block", "step", "block_index", "has_stale", "over"):
+            setattr(self, name, getattr(self, name)[index])
+        if self.stale is not None:
+            self.stale = self.stale.select(index)
+
+    def admit(self, sequence: torch.Tensor) -> None:
+        new = _Slots(sequence, self.block_size, self.mask_id)
+        for name in ("sequence", "block", "step", "block_index", "has_stale", "over"):
+            setattr(self, name, torch.cat((getattr(self, name), getattr(new, name))))
+        self.stale = None if self.stale is None else self.stale.pad(len(sequence))
 
 
 @dataclass
@@ -151,43 +237,40 @@ class _Run:
     stats: DecodeStats
 
 
-def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Tensor:
-    """Commit every position of block `blk`, a tree per pass; record the commit order in `order` [b, B]."""
-    target, (b, block_size) = run.target, order.shape
-    block = session.initial_block(block_size)
-    if block is None:
-        block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
-    step = torch.zeros(b, dtype=torch.long, device=target.device)  # commits already in each row's block
-    stale = None
-    while bool((block == target.mask_id).any()):
-        t_draft = time.perf_counter()
-        tree = _draft(run, block, step, stale)
-        block_start = session.block_start
-        t_target = time.perf_counter()
-        logits = session.score_lazily(tree.states)  # the LM head runs in the scorer, for the nodes it scores
-        warn_if_not_batch_invariant(target, logits.dtype)
-        t_verify = time.perf_counter()
-        masked = tree.states == target.mask_id
-        scored = run.scorer(run, logits, masked, tree, block_start, step)
-        commit_tokens = torch.where(scored.commit_pos >= 0,
-                                    scored.tokens.gather(2, scored.commit_pos.clamp_min(0)[..., None]).squeeze(2), -1)
-        accepted_pos, _, n_acc, block, last = spot_kernels.verify_tree(
-            tree.parents, tree.positions, tree.tokens, scored.commit_pos, commit_tokens, block, backend=run.backend)
-        active = masked[:, 0].any(1)
-        if bool((active & (n_acc == 0)).any()):
-            raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
-        _record_order(order, step, accepted_pos, n_acc)
-        run.stats.commits_per_pass.update(n_acc[active].tolist())
-        step = step + n_acc
-        if run.eos_id is not None:
-            block = _close_after_eos(block, run.eos_id, target.mask_id)
-        if run.drafter is not None or run.on_pass is not None:  # nothing reads them otherwise
-            stale = _stale_features(run, scored, masked, last, block_start, blk, step)
-        if run.on_pass is not None:
-            run.on_pass(blk, step - n_acc, stale)
-        t_end = time.perf_counter()
-        run.stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
-    return block
+def _one_pass(run: _Run, session, slots: _Slots, orders: torch.Tensor) -> None:
+    """One target pass over every row: draft a tree from the row's stale features, score it, accept the longest
+    chain that equals the target's own commits; record the commit order in `orders` [b, blocks, B]."""
+    target = run.target
+    t_draft = time.perf_counter()
+    tree = _draft(run, slots)
+    block_start = session.block_start
+    t_target = time.perf_counter()
+    logits = session.score_lazily(tree.states)  # the LM head runs in the scorer, for the nodes it scores
+    warn_if_not_batch_invariant(target, logits.dtype)
+    t_verify = time.perf_counter()
+    masked = tree.states == target.mask_id
+    scored = run.scorer(run, logits, masked, tree, block_start, slots.step)
+    commit_tokens = torch.where(scored.commit_pos >= 0,
+                                scored.tokens.gather(2, scored.commit_pos.clamp_min(0)[..., None]).squeeze(2), -1)
+    accepted_pos, _, n_acc, block, last = spot_kernels.verify_tree(
+        tree.parents, tree.positions, tree.tokens, scored.commit_pos, commit_tokens, slots.block,
+        backend=run.backend)
+    active = masked[:, 0].any(1)
+    if bool((active & (n_acc == 0)).any()):
+        raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
+    _record_order(orders, slots, accepted_pos, n_acc)
+    run.stats.commits_per_pass.update(n_acc[active].tolist())
+    step = slots.step + n_acc
+    if run.eos_id is not None:
+        block = _close_after_eos(block, run.eos_id, target.mask_id)
+    if run.drafter is not None or run.on_pass is not None:  # nothing reads them otherwise
+        slots.stale = _stale_features(run, scored, masked, last, block_start, slots, step)
+        slots.has_stale[:] = True
+    if run.on_pass is not None:
+        run.on_pass(slots.block_index, slots.step, slots.stale)
+    slots.block, slots.step = block, step
+    t_end = time.perf_counter()
+    run.stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
 
 
 def _close_after_eos(block: torch.Tensor, eos_id: int, mask_id: int) -> torch.Tensor:
@@ -200,24 +283,26 @@ def _close_after_eos(block: torch.Tensor, eos_id: int, mask_id: int) -> torch.Te
     return torch.where(done[:, None] & masked, eos_id, block)
 
 
-def _draft(run: _Run, block: torch.Tensor, step: torch.Tensor, stale: StaleFeatures | None) -> Tree:
+def _draft(run: _Run, slots: _Slots) -> Tree:
     """The tree of this pass: the root alone for standard decoding, for budget 1 (`run.drafter` is None for
-    both) and for a block's first pass (no stale features yet), else grown by the drafter under the node budget."""
-    if run.drafter is None or stale is None:
-        return Tree.root_only(block)
-    return grow_tree(block, step, stale, run.drafter, budget=run.budget, width=run.width, branch=run.branch,
-                     seed=run.seed, rows=run.rows, temperature=run.temperature, mask_id=run.target.mask_id,
-                     backend=run.backend)
+    both) and for rows at a block's first pass (no stale features yet), else grown by the drafter under the node
+    budget."""
+    if run.drafter is None or slots.stale is None or not bool(slots.has_stale.any()):
+        return Tree.root_only(slots.block)
+    return grow_tree(slots.block, slots.step, slots.stale, run.drafter, budget=run.budget, width=run.width,
+                     branch=run.branch, seed=run.seed, rows=run.rows, temperature=run.temperature,
+                     mask_id=run.target.mask_id, backend=run.backend, draft_rows=slots.has_stale)
 
 
 def _stale_features(run: _Run, scored: ScoreOutput, masked: torch.Tensor, last: torch.Tensor,
-                    block_start: torch.Tensor, blk: int, step: torch.Tensor) -> StaleFeatures:
+                    block_start: torch.Tensor, slots: _Slots, step: torch.Tensor) -> StaleFeatures:
     """The deepest accepted node's outputs [b, B, ...]: what the next tree is drafted from."""
     at_last = (torch.arange(last.shape[0], device=last.device), last)
     return StaleFeatures(
         topk_probs=scored.topk_probs[at_last], topk_ids=scored.topk_ids[at_last], tokens=scored.tokens[at_last],
-        confidence=scored.confidence[at_last], masked=masked[at_last], block_start=block_start, block_index=blk,
-        confidence_kind=run.confidence, noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature))
+        confidence=scored.confidence[at_last], masked=masked[at_last], block_start=block_start,
+        block_index=slots.block_index.clone(), confidence_kind=run.confidence,
+        noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature), sequence=slots.sequence)
 
 
 def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
@@ -270,13 +355,13 @@ def _score_accepted_chain(run: _Run, logits: NodeLogits, masked, tree: Tree, blo
     return ScoreOutput(tok, conf, topk_p, topk_i, commit_pos)
 
 
-def _record_order(orders_blk: torch.Tensor, step: torch.Tensor, acc_pos: torch.Tensor, n_acc: torch.Tensor):
-    """Write this pass's accepted positions into slots step .. step + n_acc - 1 of each row's order."""
-    b, n = acc_pos.shape
-    slots = step[:, None] + torch.arange(n, device=acc_pos.device)
+def _record_order(orders: torch.Tensor, slots: _Slots, acc_pos: torch.Tensor, n_acc: torch.Tensor):
+    """Write this pass's accepted positions into entries step .. step + n_acc - 1 of each row's block order."""
+    n = acc_pos.shape[1]
+    at = slots.step[:, None] + torch.arange(n, device=acc_pos.device)
     ok = torch.arange(n, device=acc_pos.device)[None] < n_acc[:, None]
     r, c = torch.nonzero(ok, as_tuple=True)
-    orders_blk[r, slots[r, c]] = acc_pos[r, c]
+    orders[slots.sequence[r], slots.block_index[r], at[r, c]] = acc_pos[r, c]
 
 
 def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:

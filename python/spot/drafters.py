@@ -8,7 +8,7 @@ children always come from the stale top-K with coupled noise, never from the dra
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
@@ -34,9 +34,38 @@ class StaleFeatures:
     confidence: torch.Tensor  # [batch, B] confidence of that token (the decode's confidence kind)
     masked: torch.Tensor  # [batch, B] bool, positions masked in the scored state
     block_start: torch.Tensor  # [batch] int64, absolute position of block position 0
-    block_index: int  # which block of the generation (0-based)
+    block_index: torch.Tensor | int  # [batch] int64 (or one int for every row): which block of its generation
     confidence_kind: str = "prob"
     noise: NoiseCoordinates | None = None  # None when unknown
+    sequence: torch.Tensor | None = None  # [batch] int64: the prompt each row decodes (None: row i is prompt i)
+
+    _PER_ROW = ("topk_probs", "topk_ids", "tokens", "confidence", "masked", "block_start")
+
+    def select(self, index: torch.Tensor) -> "StaleFeatures":
+        """The features of rows `index` (rows leaving a batch)."""
+        def pick(x):
+            return x[index] if isinstance(x, torch.Tensor) else x
+        noise = self.noise and NoiseCoordinates(self.noise.seed, self.noise.rows[index], self.noise.root_step[index],
+                                                self.noise.temperature)
+        return replace(self, **{name: getattr(self, name)[index] for name in self._PER_ROW},
+                       block_index=pick(self.block_index), sequence=pick(self.sequence), noise=noise)
+
+    def pad(self, count: int) -> "StaleFeatures":
+        """`count` more rows of neutral features (rows joining a batch; never drafted from before their first
+        pass)."""
+        def grow(x, fill):
+            return torch.cat((x, x.new_full((count,) + tuple(x.shape[1:]), fill)))
+        out = replace(self, topk_probs=grow(self.topk_probs, 0), topk_ids=grow(self.topk_ids, -1),
+                      tokens=grow(self.tokens, -1), confidence=grow(self.confidence, 0),
+                      masked=grow(self.masked, False), block_start=grow(self.block_start, 0))
+        if isinstance(self.block_index, torch.Tensor):
+            out.block_index = grow(self.block_index, 0)
+        if self.sequence is not None:
+            out.sequence = grow(self.sequence, -1)
+        if self.noise is not None:
+            out.noise = NoiseCoordinates(self.noise.seed, grow(self.noise.rows, 0), grow(self.noise.root_step, 0),
+                                         self.noise.temperature)
+        return out
 
 
 @runtime_checkable
@@ -69,7 +98,9 @@ class OracleDrafter:
         self.orders = orders
 
     def position_logits(self, stale, node_masked, node_row, depth):
-        order = self.orders[node_row, stale.block_index]  # [F, B]
+        sequence = node_row if stale.sequence is None else stale.sequence[node_row]
+        block_index = torch.as_tensor(stale.block_index, device=node_row.device)
+        order = self.orders[sequence, block_index.expand(len(stale.block_start))[node_row]]  # [F, B]
         pending = node_masked.gather(1, order.clamp_min(0)) & (order >= 0)
         first = torch.where(pending.any(1), pending.to(torch.int8).argmax(1), -1)
         logits = torch.full(node_masked.shape, float("-inf"), dtype=stale.topk_probs.dtype,

@@ -163,6 +163,10 @@ class KVCache:
         self.v = [self._empty(capacity, dtype, device) for _ in range(cfg.n_layers)]
         self.length = 0
         self.capacity = capacity
+        # Per-row progress (ModelSession): bool [b, num_new] for the next pass, True where a new slot already holds
+        # that row's prefix (shifted there because the row appends fewer tokens than others); None: every new slot
+        # takes the pass's keys and values.
+        self.held: torch.Tensor | None = None
 
     def _empty(self, capacity: int, dtype, device) -> torch.Tensor:
         b, h, d = self._shape
@@ -182,6 +186,35 @@ class KVCache:
                 new[:, :, :self.length] = old[:, :, :self.length]
                 buffers[i] = new
         self.capacity = capacity
+
+    def shift_rows(self, shift: torch.Tensor, key_start: torch.Tensor) -> None:
+        """Move each row's valid keys [key_start, length) right by shift[row] slots (rows with shift 0 stay), so
+        that rows appending fewer tokens than others in the next pass still end where every row ends. The space
+        must be reserved first."""
+        for r in torch.nonzero(shift).flatten().tolist():
+            s, a = int(shift[r]), int(key_start[r])
+            for buffers in (self.k, self.v):
+                for t in buffers:
+                    t[r, :, a + s:self.length + s] = t[r, :, a:self.length].clone()
+
+    def drop_left(self, count: int) -> None:
+        """Discard the first `count` slots of every row (left padding no row reads any more)."""
+        if count <= 0:
+            return
+        for buffers in (self.k, self.v):
+            for t in buffers:
+                t[:, :, :self.length - count] = t[:, :, count:self.length].clone()
+        self.length -= count
+
+    def select_rows(self, index: torch.Tensor, extra: int = 0) -> None:
+        """Keep the rows `index` (in that order) and add `extra` empty rows after them."""
+        for buffers in (self.k, self.v):
+            for i, t in enumerate(buffers):
+                kept = t[index]
+                if extra:
+                    kept = torch.cat((kept, t.new_zeros((extra,) + tuple(t.shape[1:]))), 0)  # read as padding: finite
+                buffers[i] = kept
+        self._shape = (len(index) + extra,) + self._shape[1:]
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
@@ -208,6 +241,12 @@ class Attention(nn.Module):
         qh, kh = rotary(qh, positions, cfg.rope_theta), rotary(kh, positions, cfg.rope_theta)
         if cache is not None:
             start = cache.length
+            if cache.held is not None:  # slots that hold a row's own shifted prefix keep it (per-row progress)
+                held = cache.held[:, None, :, None]
+                kh = torch.cat((torch.where(held, cache.k[layer][:, :, start:start + num_new].to(kh.dtype),
+                                            kh[:, :, :num_new]), kh[:, :, num_new:]), dim=2)
+                vh = torch.cat((torch.where(held, cache.v[layer][:, :, start:start + num_new].to(vh.dtype),
+                                            vh[:, :, :num_new]), vh[:, :, num_new:]), dim=2)
             keys = torch.cat((cache.k[layer][:, :, :start].to(kh.dtype), kh), dim=2)
             values = torch.cat((cache.v[layer][:, :, :start].to(vh.dtype), vh), dim=2)
             # Only the first `num_new` query tokens (the causal prefix being appended) enter the cache;

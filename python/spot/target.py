@@ -45,9 +45,14 @@ class Session(ABC):
         (`ModelSession` projects only the nodes asked for, bit-identical to `score`'s logits for them)."""
         return NodeLogits(self.score(nodes))
 
+    # True when rows may advance at their own pace: `append(block, rows)` for some rows only, `release(keep)` and
+    # `admit(prompts)` between passes (ModelSession). Otherwise `generate` keeps the rows in lock-step.
+    per_row: bool = False
+
     @abstractmethod
     def append(self, block: torch.Tensor) -> None:
-        """Commit a finished block int64 [batch, B] to the prefix (its cost is folded into the next pass)."""
+        """Commit a finished block int64 [batch, B] to the prefix (its cost is folded into the next pass). A
+        session with `per_row` also takes `append(blocks, rows)`: blocks [len(rows), B] for those rows only."""
 
     def initial_block(self, block_size: int) -> torch.Tensor | None:
         """The current block's state before its first pass, int64 [batch, B], or None: every position masked.
@@ -216,33 +221,76 @@ class ModelTarget(Target):
 
 
 class ModelSession(Session):
+    """Rows are right-aligned in one KV cache: every row's prefix ends at the cache's common length and
+    `key_start[row]` is its first real key (left padding before it). A pass appends each row's pending tokens (its
+    prompt, or the blocks it finished); a row with fewer pending tokens than the longest first moves its prefix right
+    by the difference (`KVCache.shift_rows`), so rows advance block by block at their own pace (`per_row`) and any
+    row can leave (`release`) or join (`admit`) between passes. Positions count from each row's key_start, so where
+    a row's keys sit in the cache does not change what it computes."""
+
+    per_row = True
+
     def __init__(self, target: ModelTarget, prompts, max_new_tokens: int, block_size: int):
-        self.target, self.batch, self.passes = target, len(prompts), 0
-        device = target.device
-        width = max((len(p) for p in prompts), default=0)
-        # Left padding keeps every row's current block at the same cache slots; key_start hides the pads.
-        pending = torch.full((self.batch, width), target.pad_id, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            if len(p):
-                pending[i, width - len(p):] = torch.as_tensor(p, dtype=torch.long)
-        self.pending = pending.to(device)
-        self.key_start = torch.tensor([width - len(p) for p in prompts], dtype=torch.long, device=device)
-        blocks = -(-max_new_tokens // block_size)
+        self.target, self.batch, self.passes = target, 0, 0
+        self.max_new_tokens, self.block_size = max_new_tokens, block_size
         cfg, dtype = target.model.cfg, target.compute_dtype
-        most = width + blocks * block_size  # cached positions if no row stops early
-        per_position = 2 * cfg.n_layers * self.batch * cfg.n_kv_heads * cfg.head_dim * dtype.itemsize
+        self.pending: list[torch.Tensor] = []
+        self.key_start = torch.zeros(0, dtype=torch.long, device=target.device)
+        self.cache = KVCache(cfg, 0, 0, dtype, target.device, max_capacity=0)
+        self.admit(prompts)
+
+    def _most(self, prompts) -> int:
+        """Cache slots this session may need: its longest prompt and answer, plus what one pass may append on top
+        of another row's prefix (a block, or a joining prompt)."""
+        blocks = -(-self.max_new_tokens // self.block_size)
+        longest = max((len(p) for p in prompts), default=0)
+        return longest + blocks * self.block_size + max(longest, self.block_size)
+
+    def admit(self, prompts) -> None:
+        """Add rows for `prompts` after the current ones; their prompts are prefilled inside the next pass."""
+        target, device = self.target, self.target.device
+        cfg, dtype = target.model.cfg, target.compute_dtype
+        most = max(self.cache.max_capacity, self._most(prompts))
+        batch = self.batch + len(prompts)
+        per_position = 2 * cfg.n_layers * batch * cfg.n_kv_heads * cfg.head_dim * dtype.itemsize
         limit = kv_cache_limit_bytes()
         if most * per_position > limit:
             raise ValueError(
-                f"max_new_tokens: {max_new_tokens} new tokens for {self.batch} prompt(s) could need "
+                f"max_new_tokens: {self.max_new_tokens} new tokens for {batch} prompt(s) could need "
                 f"{most * per_position / 1e9:.3g} GB of KV cache, above the limit of {limit / 1e9:.3g} GB; lower "
                 "max_new_tokens or the batch, or raise SPOT_KV_CACHE_LIMIT_GB")
-        # The cache grows block by block (doubling) as the prefix does, up to `most` positions.
-        self.cache = KVCache(cfg, self.batch, min(most, width + block_size), dtype, device, max_capacity=most)
+        if self.batch == 0:  # the cache grows block by block (doubling) as the prefix does
+            first = max((len(p) for p in prompts), default=0) + self.block_size
+            self.cache = KVCache(cfg, batch, min(most, first), dtype, device, max_capacity=most)
+        else:
+            self.cache.select_rows(torch.arange(self.batch, device=device), extra=len(prompts))
+            self.cache.max_capacity = most
+        self.pending += [torch.as_tensor(p, dtype=torch.long).to(device) for p in prompts]
+        # A new row has no cached prefix: its keys start where every row's prefix ends.
+        self.key_start = torch.cat((self.key_start, torch.full((len(prompts),), self.cache.length,
+                                                               dtype=torch.long, device=device)))
+        self.batch = batch
+
+    def release(self, keep: torch.Tensor) -> None:
+        """Keep only the rows `keep` (int64 indices, in order): the others leave the session and its passes."""
+        self.cache.select_rows(keep)
+        self.key_start = self.key_start[keep]
+        self.pending = [self.pending[i] for i in keep.tolist()]
+        self.batch = len(keep)
+        self._drop_shared_padding()
+
+    def _drop_shared_padding(self) -> None:
+        """Left padding that every row has is dead space: drop it, so the cache holds the longest row only."""
+        if self.batch:
+            common = int(self.key_start.min())
+            if common:
+                self.cache.drop_left(common)
+                self.key_start = self.key_start - common
 
     @property
     def block_start(self) -> torch.Tensor:
-        return self.cache.length + self.pending.shape[1] - self.key_start
+        pending = torch.tensor([len(p) for p in self.pending], dtype=torch.long, device=self.key_start.device)
+        return self.cache.length - self.key_start + pending
 
     def score(self, nodes: torch.Tensor) -> torch.Tensor:
         b, n, B = nodes.shape
@@ -252,11 +300,39 @@ class ModelSession(Session):
         b, n, B = nodes.shape
         return _ProjectedLogits(self._pass(nodes, head=False).view(b, n, B, -1), self.target)
 
+    def _right_align(self) -> torch.Tensor:
+        """The pending tokens [b, num_new], each row's at the end: a row with fewer first shifts its prefix right
+        by the difference, and those slots are marked `held` for the pass (they keep the row's own keys)."""
+        device, cache = self.key_start.device, self.cache
+        counts = torch.tensor([len(p) for p in self.pending], dtype=torch.long, device=device)
+        num_new = int(counts.max()) if self.batch else 0
+        common = int(self.key_start.min()) if self.batch else 0
+        if common and (cache.length + num_new > cache.capacity or common * 8 >= cache.length):
+            self._drop_shared_padding()  # before growing the cache, or once it is 1/8 dead space
+        shift = num_new - counts
+        cached = self.key_start < cache.length  # rows with a prefix in the cache (not only padding)
+        cache.reserve(cache.length + num_new)
+        cache.shift_rows(shift * cached, self.key_start)
+        self.key_start = self.key_start + shift
+        slot = cache.length + torch.arange(num_new, device=device)[None]
+        # The new slots a row's shifted prefix landed in keep its keys; the others, this pass's pending tokens or
+        # (below key_start) padding, take what the pass computes there, so every slot holds finite values.
+        held = (slot < cache.length + shift[:, None]) & (slot >= self.key_start[:, None]) & cached[:, None]
+        ids = torch.full((self.batch, num_new), self.target.pad_id, dtype=torch.long, device=device)
+        for i, p in enumerate(self.pending):
+            if len(p):
+                ids[i, num_new - len(p):] = p
+        cache.held = held if bool(held.any()) else None
+        return ids
+
     @torch.no_grad()
     def _pass(self, nodes: torch.Tensor, head: bool) -> torch.Tensor:
         """One pass: logits (head=True) or final-norm hidden states [b, n * B, ...] of the node tokens."""
         b, n, B = nodes.shape
-        num_new = self.pending.shape[1]
+        if b != self.batch:
+            raise ValueError(f"session: nodes for {b} rows, the session has {self.batch}")
+        pending = self._right_align()
+        num_new = pending.shape[1]
         prefix_len = self.cache.length + num_new
         if prefix_len > self.cache.max_capacity:
             raise RuntimeError(f"session: cache capacity {self.cache.max_capacity} exceeded ({prefix_len})")
@@ -265,16 +341,21 @@ class ModelSession(Session):
         # tree_attention): build that block alone, none at all when nothing is appended.
         mask = spot_kernels.tree_mask(self.key_start, **{**shape, "num_nodes": 0}) if num_new else None
         positions = spot_kernels.tree_position_ids(self.key_start, **shape)
-        ids = torch.cat((self.pending, nodes.reshape(b, n * B)), dim=1)
-        out = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
-                                tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype,
-                                kernels=self.target.kernels, head=head)
-        self.pending = self.pending[:, :0]
+        ids = torch.cat((pending, nodes.reshape(b, n * B)), dim=1)
+        try:
+            out = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
+                                    tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype,
+                                    kernels=self.target.kernels, head=head)
+        finally:
+            self.cache.held = None
+        self.pending = [p[:0] for p in self.pending]
         self.passes += 1
         return out
 
-    def append(self, block: torch.Tensor) -> None:
-        self.pending = torch.cat((self.pending, block.to(self.pending.device)), dim=1)
+    def append(self, block: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+        rows = range(self.batch) if rows is None else rows.tolist()
+        for i, r in enumerate(rows):
+            self.pending[r] = torch.cat((self.pending[r], block[i].to(self.key_start.device)))
 
 
 class _ProjectedLogits(NodeLogits):

@@ -37,8 +37,10 @@ class Tree:
 @torch.no_grad()
 def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, *, budget: int,
               width: int, branch: int, seed: int, rows: torch.Tensor, temperature: float, mask_id: int,
-              backend: str = "auto") -> Tree:
-    """root int64 [b, B]; step int64 [b] (commits already in the root's block). Returns at most `budget` nodes."""
+              backend: str = "auto", draft_rows: torch.Tensor | None = None) -> Tree:
+    """root int64 [b, B]; step int64 [b] (commits already in the root's block). Returns at most `budget` nodes.
+    draft_rows: bool [b], the rows to grow (default all); the others keep their root alone (a row at its block's
+    first pass has no stale features of that block to draft from)."""
     b, B = root.shape
     dev = root.device
     # Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
@@ -49,6 +51,8 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
     # The pool of all drafted nodes, index 0 = root.
     states = root[:, None].clone()
     logprob = torch.zeros(b, 1, dtype=stale.topk_probs.dtype, device=dev)
+    if draft_rows is not None:  # a root of -inf path probability has no children worth keeping
+        logprob = torch.where(draft_rows[:, None], logprob, float("-inf"))
     parents = torch.full((b, 1), -1, dtype=torch.long, device=dev)
     positions, tokens, depth = parents.clone(), parents.clone(), torch.zeros_like(parents)
     frontier = torch.zeros(b, 1, dtype=torch.long, device=dev)

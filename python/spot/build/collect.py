@@ -39,9 +39,10 @@ class TrajectoryRecorder:
         self.blocks: dict[int, list] = {}
         self.starts: dict[int, torch.Tensor] = {}
 
-    def __call__(self, blk, step, stale):
-        if not bool((step == step[0]).all()):
+    def __call__(self, block_index, step, stale):
+        if not bool((step == step[0]).all()) or not bool((block_index == block_index[0]).all()):
             raise RuntimeError("trajectories need lock-step standard decoding")
+        blk = int(block_index[0])
         self.blocks.setdefault(blk, []).append(stale)
         self.starts[blk] = stale.block_start
 
