@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
-import tomllib
+import os
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,12 +30,32 @@ from spot.sglang.layout import (active_nodes, flat_tree_mask, node_logits, tree_
                                 tree_positions, tree_tokens)
 from spot.sglang.rounds import SpotOptions, noise_row
 
-try:  # SGLang without its CUDA kernel packages, as the README's set-up installs it (docs/serving.md)
-    importlib.import_module("sglang.srt.dllm.algorithm.base")
-    SGLANG_MISSING = None
-except Exception as e:  # noqa: BLE001 - any import failure means the same: no SGLang here
-    SGLANG_MISSING = f"sglang 0.5.23 is not importable ({type(e).__name__}: {e}); `make install` installs it"
-needs_sglang = pytest.mark.skipif(SGLANG_MISSING is not None, reason=SGLANG_MISSING or "")
+
+@functools.cache
+def _sglang_missing() -> str | None:
+    """Import SGLang (without its CUDA kernel packages, as the README's set-up installs it) once, on first use, and
+    undo what its import does to the process's environment variables (cache directories) and warning filters, so
+    the rest of the suite runs as without it. Returns why it is not importable, or None."""
+    env, filters = dict(os.environ), warnings.filters[:]
+    try:
+        importlib.import_module("sglang.srt.dllm.algorithm.base")
+        return None
+    except Exception as e:  # noqa: BLE001 - any import failure means the same here: no usable SGLang
+        return (f"sglang 0.5.23 is not importable ({type(e).__name__}: {e}); `make install` installs it "
+                "(docs/serving.md)")
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        warnings.filters[:] = filters
+
+
+@pytest.fixture
+def sglang():
+    """Skips the test, saying why, where SGLang is not importable."""
+    reason = _sglang_missing()
+    if reason is not None:
+        pytest.skip(reason)
+
 
 B = 8
 PROMPTS = {"req-a": [3, 14, 15, 9, 2], "req-b": [27, 18, 28, 18, 2, 8, 4, 5, 9, 0, 4], "req-c": list(range(1, 9))}
@@ -209,9 +231,8 @@ def _check_contract(result, fb, bsz):
     assert isinstance(can_run_graph, bool)
 
 
-@needs_sglang
 @pytest.mark.parametrize("T", [0.0, 1.0])
-def test_spot_run_contract_layout_and_tokens(T):
+def test_spot_run_contract_layout_and_tokens(sglang, T):
     model = TinyLM()
     algo = _spot(model.mask_id, {"seed": 5, "budget": 8})
     tokens, runner = _serve(algo, model, T, real=True, contract=_check_contract)
@@ -222,8 +243,7 @@ def test_spot_run_contract_layout_and_tokens(T):
     assert shuffled == tokens
 
 
-@needs_sglang
-def test_low_confidence_one_commit_per_step_gives_the_same_tokens():
+def test_low_confidence_one_commit_per_step_gives_the_same_tokens(sglang):
     """SGLang's built-in LowConfidence with a threshold no confidence exceeds commits one position per step (its
     top-1 fallback); at T = 0 it is the project's `standard`, so Spot must return its tokens."""
     from sglang.srt.dllm.algorithm.low_confidence import LowConfidence
@@ -239,8 +259,9 @@ def test_low_confidence_one_commit_per_step_gives_the_same_tokens():
     RATIOS[("vs LowConfidence", 0.0)] = (spot_runner.forwards, low_runner.forwards)
 
 
-@needs_sglang
-def test_plugin_registers_spot_with_sglang():
+def test_plugin_registers_spot_with_sglang(sglang):
+    import tomllib
+
     from sglang.srt.dllm import algorithm as algorithms
     from sglang.srt.plugins.hook_registry import HookRegistry
 
@@ -270,8 +291,7 @@ def _request(**changes):
     return SimpleNamespace(sampling_params=SimpleNamespace(**sp), **req)
 
 
-@needs_sglang
-def test_requests_spot_cannot_serve_exactly_are_refused():
+def test_requests_spot_cannot_serve_exactly_are_refused(sglang):
     from spot.sglang.algorithm import Spot
 
     assert Spot.validate_request(_request()) is None
@@ -283,8 +303,7 @@ def test_requests_spot_cannot_serve_exactly_are_refused():
         assert message is not None and word in message and "Spot" in message
 
 
-@needs_sglang
-def test_launch_settings_spot_cannot_serve_are_refused(monkeypatch):
+def test_launch_settings_spot_cannot_serve_are_refused(sglang, monkeypatch):
     from sglang.srt.arg_groups import overrides
 
     from spot.sglang.algorithm import Spot

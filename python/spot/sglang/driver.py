@@ -16,6 +16,7 @@ yet (docs/serving.md, "unverified").
 from __future__ import annotations
 
 import copy
+import sys
 from typing import Any, List, Optional
 
 import torch
@@ -183,10 +184,11 @@ class SpotDriver:
 
 
 def _tp_group():
-    """SGLang's tensor-parallel group, or None outside an initialised SGLang worker."""
+    """SGLang's tensor-parallel group, or None outside an initialised SGLang worker (never imports SGLang)."""
+    parallel_state = sys.modules.get("sglang.srt.distributed.parallel_state")
+    if parallel_state is None:
+        return None
     try:
-        from sglang.srt.distributed.parallel_state import get_tp_group
-
-        return get_tp_group()
-    except (ImportError, AssertionError, AttributeError, RuntimeError):
+        return parallel_state.get_tp_group()
+    except (AssertionError, AttributeError, RuntimeError):  # imported, but no distributed environment set up
         return None
