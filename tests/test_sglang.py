@@ -279,6 +279,29 @@ def test_plugin_registers_spot_with_sglang(sglang):
         algorithms.get_algorithm_cls("NoSuchAlgorithm")
 
 
+def test_sglang_plugin_loader_finds_the_entry_point(sglang, tmp_path):
+    """In a fresh process (as each SGLang process is), `load_plugins()` reads the entry point from installed
+    metadata and `--dllm-algorithm Spot` then resolves. The metadata here is a stand-in dist-info carrying this
+    project's entry point, so the test does not depend on how the package was installed."""
+    import subprocess
+    import sys
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    group = project["project"]["entry-points"]["sglang.srt.plugins"]
+    info = tmp_path / "spot_plugin_probe-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: spot-plugin-probe\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[sglang.srt.plugins]\n" + "".join(f"{k} = {v}\n" for k, v in group.items()))
+    code = ("from sglang.srt.plugins import load_plugins; load_plugins(); "
+            "from sglang.srt.dllm.algorithm import get_algorithm_cls; print(get_algorithm_cls('Spot').__module__)")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "spot.sglang.algorithm"
+
+
 def _request(**changes):
     sp = dict(frequency_penalty=0.0, presence_penalty=0.0, repetition_penalty=1.0, min_p=0.0, top_p=1.0, top_k=1,
               sampling_seed=None, min_new_tokens=0, logit_bias=None, json_schema=None, regex=None, ebnf=None,
