@@ -279,6 +279,31 @@ def test_plugin_registers_spot_with_sglang(sglang):
         algorithms.get_algorithm_cls("NoSuchAlgorithm")
 
 
+def test_sglang_worker_runs_spot_and_logs_forwards(sglang, tmp_path, monkeypatch):
+    """SGLang's own TpModelWorker._forward_batch_generation_dllm (the caller of run()) over Spot and the fake
+    runner, with the plug-in's forward log (SPOT_SGLANG_FORWARD_LOG, what bench/sglang_check.py counts with)."""
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    import spot.sglang as plugin
+
+    log = tmp_path / "forwards.log"
+    monkeypatch.setenv("SPOT_SGLANG_FORWARD_LOG", str(log))
+    plugin.register()
+    HookRegistry.apply_hooks()
+    model = TinyLM()
+    runner = FakeRunner(model)
+    runner.req_to_token[0, :8] = torch.arange(1, 9)
+    fb = make_batch([5, 6, 7] + [model.mask_id] * 5, list(range(8)), list(range(1, 9)), [0], [0], ["w"], [0.0], B,
+                    real=True)
+    worker = SimpleNamespace(dllm_algorithm=_spot(model.mask_id, {}), model_runner=runner)
+    batch = SimpleNamespace(reqs=[SimpleNamespace(dllm_algo_state=None)])
+    result = TpModelWorker._forward_batch_generation_dllm(worker, fb, batch)
+    assert result.accept_length_per_req_cpu == [0] and result.dllm_algo_state[0].rid == "w"
+    assert len(result.next_token_ids[0]) == B and result.next_token_ids[0].count(model.mask_id) == 4
+    assert log.read_text() == "Spot 1\n"
+
+
 def test_sglang_plugin_loader_finds_the_entry_point(sglang, tmp_path):
     """In a fresh process (as each SGLang process is), `load_plugins()` reads the entry point from installed
     metadata and `--dllm-algorithm Spot` then resolves. The metadata here is a stand-in dist-info carrying this

@@ -8,11 +8,18 @@ on `sglang.srt.dllm.algorithm.get_algorithm_cls` that answers "Spot" with `spot.
 every other name through. Because it runs in each process from the installed package's metadata, a spawned
 scheduler sees it too (a patch made only in the parent process would not be).
 
-Importing this package does not import SGLang; `layout` and `rounds` are pure torch and tested without it.
+With `SPOT_SGLANG_FORWARD_LOG=FILE` in the environment, the plug-in also appends one line per dLLM forward
+round of each scheduler (the algorithm's class name and the batch size) to FILE, for any algorithm: how
+bench/sglang_check.py counts forwards of `Spot` and of SGLang's own `LowConfidence` alike.
+
+Importing this package does not import SGLang; `layout`, `rounds` and `driver` are pure torch, tested without it.
 """
+
+import os
 
 ALGORITHM_NAME = "Spot"
 HOOK_TARGET = "sglang.srt.dllm.algorithm.get_algorithm_cls"
+FORWARD_LOG_TARGET = "sglang.srt.managers.tp_worker.TpModelWorker._forward_batch_generation_dllm"
 
 
 def register() -> None:
@@ -20,6 +27,8 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(HOOK_TARGET, _get_algorithm_cls, HookType.AROUND)
+    if os.environ.get("SPOT_SGLANG_FORWARD_LOG"):
+        HookRegistry.register(FORWARD_LOG_TARGET, _log_forward, HookType.AROUND)
 
 
 def _get_algorithm_cls(original, name, *args, **kwargs):
@@ -28,3 +37,9 @@ def _get_algorithm_cls(original, name, *args, **kwargs):
 
         return Spot
     return original(name, *args, **kwargs)
+
+
+def _log_forward(original, worker, forward_batch, *args, **kwargs):
+    with open(os.environ["SPOT_SGLANG_FORWARD_LOG"], "a") as f:
+        f.write(f"{type(worker.dllm_algorithm).__name__} {forward_batch.batch_size}\n")
+    return original(worker, forward_batch, *args, **kwargs)
