@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(DEPS)
 	$(BIN)/pip install -q --no-build-isolation -e .
-	$(BIN)/pip install -q --no-deps $(SGLANG) || echo "sglang not installed: tests/test_sglang.py will skip its SGLang tests"
+	$(BIN)/pip install -q --no-deps $(SGLANG) || echo "no sglang: tests/test_sglang.py skips its SGLang tests"
 	touch $@
 
 demo: install

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import os
 import warnings
 from pathlib import Path
@@ -376,6 +377,36 @@ def test_launch_settings_spot_cannot_serve_are_refused(sglang, monkeypatch):
         settings(**kwargs)
         with pytest.raises(ValueError, match=word):
             Spot.configure_server_args(object())
+
+
+def test_launch_refusals_through_sglangs_own_argument_resolution(sglang, tmp_path):
+    """ServerArgs.resolve_once (device cpu, a config-only SDAR-shaped checkpoint) reaches Spot.configure_server_args
+    through SGLang's dLLM hook: the defaults (flashinfer with CUDA graphs) are refused, the documented flags pass."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    from sglang.srt.server_args import ServerArgs
+
+    import spot.sglang as plugin
+
+    plugin.register()
+    HookRegistry.apply_hooks()
+    (tmp_path / "config.json").write_text(json.dumps({
+        "architectures": ["SDARForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 64,
+        "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 32, "max_position_embeddings": 1024, "rms_norm_eps": 1e-6, "torch_dtype": "float32"}))
+    common = dict(model_path=str(tmp_path), dllm_algorithm="Spot", device="cpu", dtype="float32",
+                  skip_tokenizer_init=True, log_level="error")
+    env = dict(os.environ)  # the resolution sets a few environment variables: undone below
+    try:
+        args = ServerArgs(**common)
+        with pytest.raises(ValueError, match="--attention-backend triton.*--disable-decode-cuda-graph"):
+            args.resolve_once()
+        args = ServerArgs(**common, attention_backend="triton", disable_decode_cuda_graph=True,
+                          disable_prefill_cuda_graph=True)
+        args.resolve_once()
+        assert args.attention_backend == "triton"
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
 
 
 def test_report_forward_ratios():
