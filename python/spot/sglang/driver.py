@@ -146,6 +146,10 @@ class SpotDriver:
         if getattr(forward_batch, "seq_lens_cpu", None) is not None:
             t.seq_lens_cpu = torch.tensor(seq, dtype=forward_batch.seq_lens_cpu.dtype)
         t.seq_lens_sum = sum(seq)
+        if getattr(forward_batch, "global_num_token_non_padded", None) is not None:  # EP / DP gather: no pad rows
+            count = torch.tensor(layout.num_tokens, dtype=forward_batch.global_num_token_non_padded.dtype, device=dev)
+            t.global_num_token_non_padded, t.global_num_token_non_padded_cpu = count, layout.num_tokens
+            t.num_token_non_padded = count.clone() if forward_batch.num_token_non_padded is not None else None
         t.dllm_prompt_mask = None
         t.forward_metadata_ready = False
         return t
