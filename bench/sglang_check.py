@@ -5,10 +5,10 @@ and forward rounds.
   python bench/sglang_check.py --json out.json [--budget SECONDS]
 
 Needs SGLang with its CUDA kernel packages, a GPU, and this project installed (the entry point registers Spot).
-Three engines, one after the other, the same prompts:
+Four engines, one after the other, the same prompts and request ids:
   1. LowConfidence, threshold 1.0 (no confidence exceeds it: its top-1 fallback commits one position per
      forward), T = 0;
-  2. Spot with the confidence drafter, T = 0 and T = 1;
+  2. Spot with the confidence drafter, T = 0; and again at T = 1;
   3. Spot with drafter "none" (the root alone: one commit per forward, the project's `standard`), T = 1.
 Claims checked: tokens(1) == tokens(2, T=0); tokens(2, T=1) == tokens(3, T=1); forwards(2) < forwards(1) and
 forwards(2, T=1) < forwards(3). Forwards are counted by the plug-in's SPOT_SGLANG_FORWARD_LOG (one line per dLLM
