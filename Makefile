@@ -11,7 +11,7 @@ DEPS   := torch numpy safetensors tokenizers tqdm pytest pytest-benchmark hypoth
 SGLANG := sglang==0.5.23 orjson psutil pybase64 starlette msgspec pyzmq ipython traitlets aiohttp multidict yarl \
           propcache frozenlist aiosignal aiohappyeyeballs attrs "torchvision==0.29.*" dill apache-tvm-ffi==0.1.11 \
           sentencepiece==0.2.1 compressed-tensors==0.18.0 loguru gguf openai==2.8.0 httpx httpcore distro jiter \
-          sniffio partial-json-parser uvicorn fastapi opentelemetry-api einops setproctitle
+          sniffio partial-json-parser uvicorn click fastapi annotated-doc opentelemetry-api einops setproctitle
 
 .PHONY: install demo test bench clean
 
