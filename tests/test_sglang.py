@@ -212,6 +212,48 @@ def test_sync_mode_decodes_a_block_in_one_call():
     assert model.mask_id not in torch.cat(next_ids).tolist()
 
 
+def test_tensor_parallel_ranks_take_rank_0s_tree(monkeypatch):
+    """With a TP group of 2, a rank's own draft tree is replaced by rank 0's (the broadcast), unpadded again."""
+    import spot.sglang.driver as driver_module
+    from spot.tree import Tree
+
+    def tree(seed, n):
+        g = torch.Generator().manual_seed(seed)
+        parents = torch.tensor([[-1] + list(range(n - 1))] * 2)
+        parents[1, 2:] = -1  # the second request has fewer nodes: padding
+        return Tree(torch.randint(0, 9, (2, n, B), generator=g), parents,
+                    torch.randint(0, B, (2, n), generator=g), torch.randint(0, 9, (2, n), generator=g),
+                    torch.arange(n).repeat(2, 1))
+
+    rank0, mine = tree(0, 4), tree(1, 3)
+    sent = {}
+
+    class Rank0:  # packs rank 0's tree through the same code and keeps what it would send
+        world_size = 2
+
+        def broadcast(self, packed, src=0):
+            sent["packed"] = packed.clone()
+            return packed
+
+    class OtherRank:  # receives it
+        world_size = 2
+
+        def broadcast(self, packed, src=0):
+            assert src == 0 and packed.shape == sent["packed"].shape
+            return packed.copy_(sent["packed"])
+
+    d = Driver(39, {"budget": 5})
+    monkeypatch.setattr(driver_module, "_tp_group", lambda: Rank0())
+    assert d._broadcast_tree(rank0) is not None
+    monkeypatch.setattr(driver_module, "_tp_group", lambda: OtherRank())
+    got = d._broadcast_tree(mine)
+    assert got.parents.shape == (2, 4)
+    for name in ("parents", "positions", "tokens", "depth"):
+        assert torch.equal(getattr(got, name)[0], getattr(rank0, name)[0]), name
+    assert torch.equal(got.states[0], rank0.states[0])
+    assert torch.equal(got.parents[1, :2], rank0.parents[1, :2]) and (got.parents[1, 2:] == -1).all()
+
+
 # -- the real Spot class (SGLang importable) ---------------------------------------------------------------------
 def _spot(mask_id: int, config: dict):
     from sglang.srt.dllm.config import DllmConfig

@@ -97,7 +97,7 @@ class RequestState:
 
     rid: str
     row: int
-    prompt: torch.Tensor  # bool [B]: positions fixed before the block's first forward (the prompt's tail)
+    fixed: int  # positions fixed before the block's first forward (the prompt's tail)
     stale: dict | None = None  # the deepest accepted node's outputs, STALE_FIELDS -> [B, ...] (decode._stale_features)
     stale_step: int = -1  # commit step the stale features were recorded at
     forwards: int = 0  # forwards spent on this block
@@ -133,14 +133,16 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
                                   "SPOT's ops treat every mask token as undecided (docs/serving.md, limits)")
     n_masked = masked.sum(1).tolist()
     states = list(states) if states is not None else [None] * bs
+    n_fixed = None
     for i in range(bs):
         s = states[i]
         if s is None:  # a block's first round: whatever is not masked is prompt
-            fixed = prompt[i].clone() if prompt is not None else ~masked[i]
-            states[i] = RequestState(str(rids[i]), noise_row(rids[i]), fixed)
+            if n_fixed is None:
+                n_fixed = (prompt if prompt is not None else ~masked).sum(1).tolist()
+            states[i] = RequestState(str(rids[i]), noise_row(rids[i]), n_fixed[i])
         elif s.rid != str(rids[i]):
             raise RuntimeError(f"Spot: request {rids[i]!r} was handed the state of request {s.rid!r}")
-    steps = [B - int(states[i].prompt.sum()) - n_masked[i] for i in range(bs)]
+    steps = [B - states[i].fixed - n_masked[i] for i in range(bs)]
     if any(k < 0 for k in steps):
         raise RuntimeError(f"Spot: a block has more masked positions than when it started: commit steps {steps}")
     active = [n > 0 for n in n_masked]
