@@ -182,6 +182,15 @@ def test_results_do_not_depend_on_request_order():
         assert tokens == base, f"request order (shuffle {shuffle}) changed the tokens"
 
 
+def test_tree_token_cap_keeps_tokens_and_bounds_forwards():
+    """max_tree_tokens cuts trees to fit one forward (never below the roots) and changes no token."""
+    model = TinyLM()
+    reference = _reference(model, 1.0, seed=5)
+    tokens, runner = _serve(Driver(model.mask_id, {"seed": 5, "budget": 8, "max_tree_tokens": 3 * 2 * B}), model, 1.0)
+    assert tokens == reference
+    assert max(n for n, _ in runner.batches) <= 3 * 2 * B and any(max(ext) == 2 * B for _, ext in runner.batches)
+
+
 def test_noise_rows_follow_the_request_id():
     assert noise_row("req-a") == noise_row("req-a") != noise_row("req-b")
     assert 0 <= noise_row("x" * 1000) < 2**32

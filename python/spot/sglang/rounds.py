@@ -45,6 +45,8 @@ class SpotOptions:
     confidence: str = "prob"
     top_k: int = 32
     backend: str = "auto"  # spot_kernels backend
+    max_tree_tokens: int = 16384  # most tokens one tree forward holds over the batch (SGLang's default
+    # max_prefill_tokens): trees are cut to fit, never below the roots
 
     @classmethod
     def from_mapping(cls, cfg) -> "SpotOptions":
@@ -55,7 +57,7 @@ class SpotOptions:
         if unknown:
             raise ValueError(f"Spot: unknown --dllm-algorithm-config keys {unknown}; known: {sorted(known)}")
         out = cls(**cfg)
-        for name in ("budget", "width", "branch", "top_k"):
+        for name in ("budget", "width", "branch", "top_k", "max_tree_tokens"):
             v = getattr(out, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Spot: {name} must be an int >= 1, got {v!r}")
@@ -166,6 +168,7 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
         tree = _put_tree(tree, ix, _draft(run, block[ix], step_t[ix], stale))
     if broadcast is not None:
         tree = broadcast(tree)
+    tree = cap_tree_tokens(tree, options.max_tree_tokens)
     num_nodes = active_nodes(tree.parents)
 
     # 2. ONE forward over every request's nodes.
@@ -202,6 +205,16 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
         states[i].forwards += 1
         states[i].commits.append(commits[i])
     return RoundResult(new_block, [not a for a in active], states, num_nodes, commits)
+
+
+def cap_tree_tokens(tree: Tree, max_tokens: int) -> Tree:
+    """At most max(1, max_tokens // (bs B)) nodes per request. A tree's nodes come parents first, so its first k
+    nodes hold their ancestors: cutting the rest leaves a valid, smaller tree (fewer drafts, the same tokens)."""
+    bs, n, B = tree.states.shape
+    cap = max(1, max_tokens // max(bs * B, 1))
+    if n <= cap:
+        return tree
+    return Tree(*(getattr(tree, f.name)[:, :cap].contiguous() for f in fields(Tree)))
 
 
 def _run(options: SpotOptions, drafter, rows: torch.Tensor, temperature: float, mask_id: int) -> SimpleNamespace:
