@@ -40,6 +40,8 @@ def _get_algorithm_cls(original, name, *args, **kwargs):
 
 
 def _log_forward(original, worker, forward_batch, *args, **kwargs):
-    with open(os.environ["SPOT_SGLANG_FORWARD_LOG"], "a") as f:
-        f.write(f"{type(worker.dllm_algorithm).__name__} {forward_batch.batch_size}\n")
+    path = os.environ.get("SPOT_SGLANG_FORWARD_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{type(worker.dllm_algorithm).__name__} {forward_batch.batch_size}\n")
     return original(worker, forward_batch, *args, **kwargs)
