@@ -173,6 +173,21 @@ def test_driver_matches_standard_in_fewer_forwards(T):
     RATIOS[("confidence", T)] = (spot_runner.forwards, std_runner.forwards)
 
 
+def test_a_learned_drafter_from_a_directory(tmp_path):
+    """drafter: DIR loads an order drafter (a random portable one: no token buckets, resampled features, which read
+    the noise coordinates the round hands it); the tokens stay standard's."""
+    from spot.order_model import OrderModel, OrderModelConfig, save_order_model
+
+    torch.manual_seed(0)
+    save_order_model(OrderModel(OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64, top_k=8,
+                                                 resampled=True)), tmp_path / "drafter")
+    model = TinyLM()
+    driver = Driver(model.mask_id, {"seed": 5, "budget": 8, "top_k": 8, "drafter": str(tmp_path / "drafter")})
+    tokens, runner = _serve(driver, model, 1.0)
+    assert tokens == _reference(model, 1.0, seed=5)
+    assert type(driver.drafter).__name__ == "LearnedDrafter" and any(max(e) > B for _, e in runner.batches)
+
+
 def test_results_do_not_depend_on_request_order():
     model = TinyLM()
     driver = lambda: Driver(model.mask_id, {"seed": 2, "budget": 8})  # noqa: E731

@@ -81,6 +81,8 @@ class SpotDriver:
         block = forward_batch.input_ids.view(bs, B)
         if not self._drafter_ready:
             self.drafter = make_drafter(self.options.drafter, device=block.device)
+            _check_drafter_vocabulary(self.drafter, getattr(getattr(model_runner, "model_config", None),
+                                                            "vocab_size", None))
             self._drafter_ready = True
         rids = forward_batch.rids
         if rids is None or len(rids) != bs:
@@ -185,6 +187,15 @@ class SpotDriver:
         states = torch.where(packed[:, :n, :B] >= 0, packed[:, :n, :B], packed[:, :1, :B])
         parents, positions, tokens, depth = (packed[:, :n, B + j].contiguous() for j in range(4))
         return Tree(states, parents, positions, tokens, depth.clamp_min(0))
+
+
+def _check_drafter_vocabulary(drafter, vocab_size) -> None:
+    """A drafter trained with token buckets reads token ids of its training vocabulary (as spot.generate checks)."""
+    cfg = getattr(getattr(drafter, "model", None), "cfg", None)
+    trained = getattr(cfg, "vocab_size", 0) if getattr(cfg, "token_buckets", 0) else 0
+    if trained and vocab_size and trained != vocab_size:
+        raise ValueError(f"Spot: the drafter reads token ids of a {trained}-token vocabulary (token buckets) and the "
+                         f"served model's has {vocab_size}; use a drafter trained without --token-buckets")
 
 
 def _tp_group():
