@@ -37,13 +37,19 @@ def _sglang_missing() -> str | None:
     """Import SGLang (without its CUDA kernel packages, as the README's set-up installs it) once, on first use, and
     undo what its import does to the process's environment variables (cache directories) and warning filters, so
     the rest of the suite runs as without it. Returns why it is not importable, or None."""
-    env, filters = dict(os.environ), warnings.filters[:]
     try:
-        importlib.import_module("sglang.srt.dllm.algorithm.base")
+        _import_quietly("sglang.srt.dllm.algorithm.base")
         return None
     except Exception as e:  # noqa: BLE001 - any import failure means the same here: no usable SGLang
         return (f"sglang 0.5.23 is not importable ({type(e).__name__}: {e}); `make install` installs it "
                 "(docs/serving.md)")
+
+
+def _import_quietly(name: str):
+    """Import an SGLang module, then restore the environment variables and warning filters its import changed."""
+    env, filters = dict(os.environ), warnings.filters[:]
+    try:
+        return importlib.import_module(name)
     finally:
         os.environ.clear()
         os.environ.update(env)
@@ -158,6 +164,46 @@ def test_tree_forward_equals_separate_block_forwards():
     runner.forward(root)
     for layer in range(model.layers):
         torch.testing.assert_close(runner.k[layer][17:25], runner.k[layer][100:108], rtol=0, atol=1e-12)
+
+
+def test_sglangs_triton_extend_kernel_reads_the_tree_mask(sglang):
+    """SGLang's own Triton extend-attention kernel (interpreted on a CPU), handed the flat mask and mask_indptr of a
+    tree batch over a paged prefix, gives every node the attention of that node alone; without the mask the nodes
+    see each other."""
+    kernel = _import_quietly("sglang.kernels.ops.attention.extend_attention").extend_attention_fwd
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype, tol = (torch.float16, 2e-2) if dev == "cuda" else (torch.float32, 1e-5)
+    g = torch.Generator().manual_seed(0)
+    H, D, bsz, prefix, nodes = 2, 16, 4, [5, 3], [3, 2]
+    layout = tree_layout(prefix, [5, 3], nodes, bsz, device=dev)
+    kv_indices = torch.arange(1, 1 + sum(prefix), device=dev)  # slot 0 is the padding slot
+    kv_indptr = torch.tensor([0, prefix[0], sum(prefix)], dtype=torch.int32, device=dev)
+    rand = lambda *shape: torch.randn(*shape, generator=g).to(dev, dtype)  # noqa: E731
+    kbuf, vbuf = rand(sum(prefix) + 1, H, D), rand(sum(prefix) + 1, H, D)
+    q, k, v = (rand(layout.num_tokens, H, D) for _ in range(3))
+    qo = layout.token_indptr.to(torch.int32)
+
+    def attend(mask, indptr):
+        o = torch.empty_like(q)
+        kernel(q, k, v, o, kbuf, vbuf, qo, kv_indptr, kv_indices, mask, False, indptr, max(layout.extend_lens),
+               1.0, 1.0, sm_scale=D ** -0.5, extend_seq_lens_cpu=layout.extend_lens)
+        return o.float()
+
+    def alone(r, j):
+        slots = kv_indices[int(kv_indptr[r]):int(kv_indptr[r + 1])]
+        s = int(qo[r]) + j * bsz
+        keys, vals = torch.cat((kbuf[slots], k[s:s + bsz])).float(), torch.cat((vbuf[slots], v[s:s + bsz])).float()
+        w = (torch.einsum("qhd,khd->hqk", q[s:s + bsz].float(), keys) * D ** -0.5).softmax(-1)
+        return torch.einsum("hqk,khd->qhd", w, vals)
+
+    tree, unmasked = attend(layout.custom_mask, layout.mask_indptr), attend(None, None)
+    worst_tree = worst_unmasked = 0.0
+    for r, n in enumerate(nodes):
+        for j in range(n):
+            s = int(qo[r]) + j * bsz
+            worst_tree = max(worst_tree, (tree[s:s + bsz] - alone(r, j)).abs().max().item())
+            worst_unmasked = max(worst_unmasked, (unmasked[s:s + bsz] - alone(r, j)).abs().max().item())
+    assert worst_tree < tol and worst_unmasked > 100 * tol
 
 
 # -- the driver against the reference ---------------------------------------------------------------------------
