@@ -46,8 +46,7 @@ class Spot(SpotDriver, DllmAlgorithm):
                             "dLLM path reads")
         graphs = getattr(cfg, "cuda_graph_config", None)
         on = [phase for phase in ("decode", "prefill")
-              if getattr(getattr(getattr(graphs, phase, None), "backend", None), "lower", lambda: "disabled")()
-              != "disabled"] if graphs is not None else []
+              if str(getattr(getattr(graphs, phase, None), "backend", None) or "disabled").lower() != "disabled"]
         if on:
             problems.append(f"CUDA graphs off (on for {on}): a tree batch holds N x B tokens per request, N varying "
                             "per round, which no captured graph replays; pass --disable-decode-cuda-graph "
