@@ -525,3 +525,4 @@ def test_report_forward_ratios():
     """Prints the forward counts the tests above measured (docs/serving.md quotes them): pytest -s."""
     for (method, T), (s, ref) in sorted(RATIOS.items()):
         print(f"\nSPOT-on-SGLang fake runner, {method}, T={T}: {s} forwards vs {ref} ({s / ref:.3f})")
+    assert all(s < ref for s, ref in RATIOS.values())
