@@ -264,7 +264,8 @@ def _one_pass(run: _Run, session, slots: _Slots, orders: torch.Tensor) -> None:
     if run.eos_id is not None:
         block = _close_after_eos(block, run.eos_id, target.mask_id)
     if run.drafter is not None or run.on_pass is not None:  # nothing reads them otherwise
-        slots.stale = _stale_features(run, scored, masked, last, block_start, slots, step)
+        slots.stale = _stale_features(run, scored, masked, last, block_start, slots.block_index.clone(), step,
+                                      slots.sequence)
         slots.has_stale[:] = True
     if run.on_pass is not None:
         run.on_pass(slots.block_index, slots.step, slots.stale)
@@ -284,25 +285,31 @@ def _close_after_eos(block: torch.Tensor, eos_id: int, mask_id: int) -> torch.Te
 
 
 def _draft(run: _Run, slots: _Slots) -> Tree:
-    """The tree of this pass: the root alone for standard decoding, for budget 1 (`run.drafter` is None for
-    both) and for rows at a block's first pass (no stale features yet), else grown by the drafter under the node
-    budget."""
-    if run.drafter is None or slots.stale is None or not bool(slots.has_stale.any()):
-        return Tree.root_only(slots.block)
-    return grow_tree(slots.block, slots.step, slots.stale, run.drafter, budget=run.budget, width=run.width,
-                     branch=run.branch, seed=run.seed, rows=run.rows, temperature=run.temperature,
-                     mask_id=run.target.mask_id, backend=run.backend, draft_rows=slots.has_stale)
+    return draft_tree(run, slots.block, slots.step, slots.stale, slots.has_stale)
+
+
+def draft_tree(run, block: torch.Tensor, step: torch.Tensor, stale: StaleFeatures | None,
+               draft_rows: torch.Tensor | None = None) -> Tree:
+    """The tree of a pass: the root alone for standard decoding, for budget 1 (`run.drafter` is None for both)
+    and for rows at a block's first pass (no stale features yet: `draft_rows` False), else grown by the drafter
+    under the node budget. `run` needs drafter, budget, width, branch, seed, rows, temperature, target.mask_id
+    and backend (the SGLang plug-in hands its own)."""
+    if run.drafter is None or stale is None or (draft_rows is not None and not bool(draft_rows.any())):
+        return Tree.root_only(block)
+    return grow_tree(block, step, stale, run.drafter, budget=run.budget, width=run.width, branch=run.branch,
+                     seed=run.seed, rows=run.rows, temperature=run.temperature, mask_id=run.target.mask_id,
+                     backend=run.backend, draft_rows=draft_rows)
 
 
 def _stale_features(run: _Run, scored: ScoreOutput, masked: torch.Tensor, last: torch.Tensor,
-                    block_start: torch.Tensor, slots: _Slots, step: torch.Tensor) -> StaleFeatures:
+                    block_start: torch.Tensor, block_index, step: torch.Tensor, sequence=None) -> StaleFeatures:
     """The deepest accepted node's outputs [b, B, ...]: what the next tree is drafted from."""
     at_last = (torch.arange(last.shape[0], device=last.device), last)
     return StaleFeatures(
         topk_probs=scored.topk_probs[at_last], topk_ids=scored.topk_ids[at_last], tokens=scored.tokens[at_last],
         confidence=scored.confidence[at_last], masked=masked[at_last], block_start=block_start,
-        block_index=slots.block_index.clone(), confidence_kind=run.confidence,
-        noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature), sequence=slots.sequence)
+        block_index=block_index, confidence_kind=run.confidence,
+        noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature), sequence=sequence)
 
 
 def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """One SPOT round over a batch of SGLang requests: draft, ONE tree forward, score, verify (docs/serving.md).
 
-This is `spot.decode._decode_block`'s loop body, cut at the forward so that SGLang's scheduler, not a Python loop,
+This is `spot.decode._one_pass`'s body, cut at the forward so that SGLang's scheduler, not a Python loop,
 drives the rounds: each request brings its block as the scheduler holds it and the state this module returned for
 it last round; the round returns the new block, whether the block is finished (its final tokens persisted by this
-round's forward) and the next state. The pieces are `spot.decode`'s own (`_draft`, `_score_all_nodes`,
+round's forward) and the next state. The pieces are `spot.decode`'s own (`draft_tree`, `_score_all_nodes`,
 `_stale_features`) and `spot_kernels.verify_tree`; nothing of the algorithm is re-implemented here.
 
 Pure torch + spot, no SGLang import: `spot.sglang.algorithm.Spot` wraps it for SGLang, and the tests drive it with
@@ -23,8 +23,9 @@ import torch
 import spot_kernels
 from spot_kernels import CONFIDENCE_KINDS
 
-from ..decode import MIN_TEMPERATURE, _draft, _score_all_nodes, _stale_features
+from ..decode import MIN_TEMPERATURE, _score_all_nodes, _stale_features, draft_tree
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
+from ..target import NodeLogits
 from ..tree import Tree
 from .layout import active_nodes
 
@@ -165,7 +166,7 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
         ix = torch.tensor(idx, dtype=torch.long, device=dev)
         run = _run(options, drafter, rows_t[ix], t, mask_id)
         stale = _stack_stale([states[i].stale for i in idx], block_start[ix], run, step_t[ix])
-        tree = _put_tree(tree, ix, _draft(run, block[ix], step_t[ix], stale))
+        tree = _put_tree(tree, ix, draft_tree(run, block[ix], step_t[ix], stale))
     if broadcast is not None:
         tree = broadcast(tree)
     tree = cap_tree_tokens(tree, options.max_tree_tokens)
@@ -186,7 +187,7 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
         run = _run(options, drafter, rows_t[ix], t, mask_id)
         sub = Tree(*(getattr(tree, f.name)[ix] for f in fields(Tree)))
         node_masked = sub.states == mask_id
-        scored = _score_all_nodes(run, logits[ix], node_masked, sub, block_start[ix], step_t[ix])
+        scored = _score_all_nodes(run, NodeLogits(logits[ix]), node_masked, sub, block_start[ix], step_t[ix])
         commit_tokens = torch.where(scored.commit_pos >= 0, scored.tokens.gather(
             2, scored.commit_pos.clamp_min(0)[..., None]).squeeze(2), -1)
         _, _, n_acc, blk, last = spot_kernels.verify_tree(sub.parents, sub.positions, sub.tokens,
@@ -218,7 +219,7 @@ def cap_tree_tokens(tree: Tree, max_tokens: int) -> Tree:
 
 
 def _run(options: SpotOptions, drafter, rows: torch.Tensor, temperature: float, mask_id: int) -> SimpleNamespace:
-    """The slice of `decode._Run` that `_draft`, `_score_all_nodes` and `_stale_features` read."""
+    """The slice of `decode._Run` that `draft_tree`, `_score_all_nodes` and `_stale_features` read."""
     return SimpleNamespace(target=SimpleNamespace(mask_id=mask_id), drafter=drafter, seed=options.seed, rows=rows,
                            temperature=temperature, confidence=options.confidence, top_k=options.top_k,
                            backend=options.backend, budget=options.budget, width=options.width, branch=options.branch)
