@@ -35,8 +35,9 @@ class DecodeStats:
     generated_tokens: int = 0
     seconds: float = 0.0
     commits_per_pass: Counter = field(default_factory=Counter)  # commits -> (row, pass) count
-    # wall seconds per stage: "draft" (tree growth + drafter), "target" (passes), "verify" (scoring + acceptance);
-    # host timers, so only meaningful on CPU or with synchronous CUDA (CUDA_LAUNCH_BLOCKING=1)
+    # wall seconds per stage: "draft" (tree growth + drafter), "target" (passes up to the LM head), "verify" (the
+    # LM head of the nodes scored, scoring + acceptance); host timers, so only meaningful on CPU or with
+    # synchronous CUDA (CUDA_LAUNCH_BLOCKING=1)
     stage_seconds: Counter = field(default_factory=Counter)
 
     @property
