@@ -29,22 +29,23 @@ def warm_up(target, prompt: list[int]) -> None:
 
 
 def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int = 1, drafter=None,
-               standard_orders=None, on_batch=None, **settings) -> dict:
+               standard_orders=None, on_batch=None, first_row: int = 0, **settings) -> dict:
     """Decode every prompt with `method`, `batch_size` prompts per call, and sum the statistics.
 
-    Noise rows follow the prompt index, never the batch, so every method sees the same noise. `standard_orders`
-    (the "orders" a standard run returned) lets `oracle` reuse the true order instead of re-deriving it.
+    Noise rows follow the prompt index (plus `first_row`, when `prompts` is a slice of a longer list), never the
+    batch, so every method sees the same noise. `standard_orders` (the "orders" a standard run returned) lets
+    `oracle` reuse the true order instead of re-deriving it.
     """
     _check_prompts_and_batch(prompts, batch_size)
-    totals = {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0,
-              "commits_per_pass": Counter(), "stage_seconds": Counter()}
+    totals = _empty_run()
     for index, start in enumerate(range(0, len(prompts), batch_size)):
         batch = prompts[start:start + batch_size]
         extra = {"drafter": drafter} if method == "spot" else {}
         if method == "oracle" and standard_orders is not None:
             extra = {"orders": standard_orders[index]}
         t0 = time.perf_counter()
-        out = generate(target, batch, method, rows=list(range(start, start + len(batch))), **extra, **settings)
+        rows = list(range(first_row + start, first_row + start + len(batch)))
+        out = generate(target, batch, method, rows=rows, **extra, **settings)
         totals["seconds"] += time.perf_counter() - t0
         totals["tokens"] += out.tokens
         totals["orders"].append(out.orders)
@@ -59,7 +60,11 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
 
 def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
               **settings) -> dict:
-    """Run `methods` (standard always first, it is the reference) and return the JSON-ready report."""
+    """Run `methods` (standard always first, it is the reference) and return the JSON-ready report.
+
+    The methods take turns batch by batch (standard, then the others, on the first batch; then on the next), so
+    that a shared machine's changing load falls on every method alike and the wall-clock ratios compare like with
+    like; each method's figures are the sums over its batches."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
     report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
@@ -69,12 +74,19 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     warm_up(target, prompts[0])
     bar = tqdm(total=len(methods) * -(-len(prompts) // batch_size), desc="bench", disable=not progress,
                unit="batch")
-    standard = None
+    runs = {}
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start:start + batch_size]
+        for method in methods:
+            bar.set_postfix(method=method)
+            standard = runs.get("standard")
+            run = decode_all(target, batch, method, batch_size=batch_size, drafter=drafter, first_row=start,
+                             standard_orders=standard["orders"][-1:] if standard else None, **settings)
+            _add(runs.setdefault(method, _empty_run()), run)
+            bar.update()
+    standard = runs["standard"]
     for method in methods:
-        bar.set_postfix(method=method)
-        run = decode_all(target, prompts, method, batch_size=batch_size, drafter=drafter, on_batch=bar.update,
-                         standard_orders=standard["orders"] if standard else None, **settings)
-        standard = standard or run
+        run = runs[method]
         passes, generated, seconds = run["target_passes"], run["generated_tokens"], run["seconds"]
         report["methods"][method] = {
             "target_passes": passes,
@@ -93,6 +105,19 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
         r["speedup_vs_standard"] = (r["tokens_per_second"] / base["tokens_per_second"]
                                     if r["tokens_per_second"] and base["tokens_per_second"] else None)
     return report
+
+
+def _empty_run() -> dict:
+    return {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0,
+            "commits_per_pass": Counter(), "stage_seconds": Counter()}
+
+
+def _add(total: dict, run: dict) -> None:
+    for key, value in run.items():
+        if isinstance(value, Counter):
+            total[key].update(value)  # keeps zero counts, unlike +=
+        else:
+            total[key] += value
 
 
 def format_report(report: dict) -> str:
