@@ -2,7 +2,16 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-DEPS   := torch numpy safetensors tokenizers tqdm pytest pytest-benchmark hypothesis ninja setuptools wheel ruff
+DEPS   := torch numpy safetensors tokenizers tqdm matplotlib pytest pytest-benchmark hypothesis ninja setuptools \
+          wheel ruff transformers diffusers
+# SGLang's Python part for the plug-in's CPU tests (docs/serving.md): the wheel without its CUDA kernel packages, plus
+# exactly what importing sglang.srt.dllm.algorithm.base and sglang.srt.managers.tp_worker needs. --no-deps, so torch
+# and everything above stay as they are (`pip check` will list sglang's GPU requirements as missing: expected).
+# About 30 s and 310 MB.
+SGLANG := sglang==0.5.23 orjson psutil pybase64 starlette msgspec pyzmq ipython traitlets aiohttp multidict yarl \
+          propcache frozenlist aiosignal aiohappyeyeballs attrs "torchvision==0.29.*" dill apache-tvm-ffi==0.1.11 \
+          sentencepiece==0.2.1 compressed-tensors==0.18.0 loguru gguf openai==2.8.0 httpx httpcore distro jiter \
+          sniffio partial-json-parser uvicorn click fastapi annotated-doc opentelemetry-api einops setproctitle
 
 .PHONY: install demo test bench clean
 
@@ -13,6 +22,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(DEPS)
 	$(BIN)/pip install -q --no-build-isolation -e .
+	$(BIN)/pip install -q --no-deps $(SGLANG) || echo "no sglang: tests/test_sglang.py skips its SGLang tests"
 	touch $@
 
 demo: install

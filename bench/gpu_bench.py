@@ -7,7 +7,10 @@ goals of the Triton issue measured in one run:
     which leaves out the Python launch cost);
   - tree_attention with prefix 2048, 16 nodes x 32 positions, 32 query heads, 8 KV heads, head dim 128, bf16:
     against PyTorch SDPA with a dense mask and FlexAttention with a block mask on the same inputs;
-  - every other op at docs/design.md §6 shapes.
+  - every other op at docs/design.md §6 shapes;
+  - the pass-time curve of a 2-layer stack of Qwen3-8B width (hidden 4096, 32 / 8 heads, head dim 128, MLP 12288,
+    LM head over vocabulary 151936), bf16, prefix 1024, N in {1, 2, 4, 8, 16, 32, 64} nodes x B = 32, scaled to 36
+    layers: the measured counterpart of `spot project`'s roofline (`spot project ... --measured gpu_bench.json`).
 
     python bench/gpu_bench.py --json gpu_bench.json [--budget 200] [--quick]
 
@@ -336,6 +339,31 @@ def other_ops():
                g_uniforms_per_s=256 * 151936 / ms / 1e6)
 
 
+PASS_CURVE_NODES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@section("pass-time curve: 2 layers of Qwen3-8B width, B 32, prefix 1024, bf16")
+def pass_curve():
+    """The project's own model (spot.model) at the real width, timed per node count; written as "pass_curve"."""
+    from spot.project import SHAPES, measure_pass_curve
+
+    shape, layers = SHAPES["qwen3-8b"], 2
+    curve = RESULTS["pass_curve"] = {
+        "shape": shape.name, "layers_measured": layers, "layers_full": shape.layers, "block": 32, "prefix": 1024,
+        "batch": 1, "dtype": "bfloat16", "device": torch.cuda.get_device_name(), "kernels": "torch (default path)",
+        "timer": "triton.testing.do_bench median, L2 flushed", "points": []}
+
+    def point(p):
+        curve["points"].append(p)
+        record(op="pass_curve", backend="torch", shape=[p["nodes"], 32, 1024], layer_ms=p["layer_ms"],
+               head_ms=p["head_ms"], pass_ms_36_layers=p["pass_ms"])
+
+    measure_pass_curve(shape, PASS_CURVE_NODES, block=32, prefix=1024, layers=layers, device=DEV,
+                       dtype=torch.bfloat16, timer=lambda fn: bench(fn, rep_ms=40 if ARGS.quick else 80),
+                       deadline=T_START + ARGS.budget - 5, on_point=point)
+    torch.cuda.empty_cache()
+
+
 def main() -> int:
     global ARGS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -355,6 +383,7 @@ def main() -> int:
     score_goal(copy_gbps)
     verify_goal()
     attention_goal()
+    pass_curve()
     score_sweep(copy_gbps)
     attention_sweep()
     verify_shapes()

@@ -2,7 +2,9 @@
 # The one prepared script for a (briefly lent) GPU machine (docs/design.md §6): install, GPU tests, GPU
 # microbenchmarks.
 # Writes into $OUT (default ./gpu_out): gpu_check.log, tests.xml, tests_rest.xml, gpu_bench.json, bench_ops.json,
-# triton_compile.log, summary.json. Finishes within about 8 minutes: every step has a deadline.
+# triton_compile.log, projection.txt, projection.json, projection_measured.png, sglang_check.json (only where
+# SGLang with its CUDA kernels is installed), summary.json. Finishes within about 8 minutes (about 10 with the SGLang
+# step): every step has a deadline.
 #
 #   OUT=/some/dir bash bench/gpu_check.sh            # from the repository root
 #
@@ -15,7 +17,12 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 TOTAL_S=${TOTAL_S:-470}
 START=$(date +%s)
-DEADLINE=$((START + TOTAL_S))
+# The SGLang plug-in step (last) runs only where SGLang and its CUDA kernel package are installed; it then gets its
+# own SGLANG_S seconds beyond TOTAL_S, reserved from the start, so the steps before it keep their budgets.
+SGLANG_S=0
+if $PY -c "import importlib.util as u, sys; sys.exit(not (u.find_spec('sglang') and u.find_spec('sgl_kernel')))" \
+    2>/dev/null; then SGLANG_S=${SGLANG_S_MAX:-180}; fi
+DEADLINE=$((START + TOTAL_S + SGLANG_S))
 exec > >(tee -a "$OUT/gpu_check.log") 2>&1
 
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -69,6 +76,16 @@ T=$(budget 200 40)
 timeout $((T + 20)) $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json" --budget "$T"
 STATUS[gpu_bench]="exit $?"
 
+step "projection beside the measured pass-time curve (spot project --measured)"
+T=$(budget 20 30)
+GPU_KEY=$($PY -c "import torch; print('h100' if 'H100' in torch.cuda.get_device_name() else 'h200')" 2>/dev/null || echo h200)
+PLOT=""
+$PY -c "import matplotlib" 2>/dev/null && PLOT="--plot $OUT/projection_measured.png"
+timeout "$T" $PY -m spot project bench/results/embedded-b32-t0-budgets-1-32.json --gpu "$GPU_KEY" \
+  --shapes qwen3-8b --measured "$OUT/gpu_bench.json" $PLOT --json "$OUT/projection.json" > "$OUT/projection.txt" 2>&1
+STATUS[projection]="exit $?"
+tail -25 "$OUT/projection.txt"
+
 step "rest of the test suite"
 T=$(budget 100 25)
 if [ $HAVE_PYTEST = 1 ]; then
@@ -91,10 +108,20 @@ else
 fi
 
 step "Triton compile check (registers / spills, sm_90)"
-T=$(budget 60 0)
+T=$(budget 60 "$SGLANG_S")
 TRITON_INTERPRET= timeout "$T" $PY bench/triton_compile_check.py > "$OUT/triton_compile.log" 2>&1
 STATUS[compile_check]="exit $?"
 tail -30 "$OUT/triton_compile.log"
+
+step "SGLang plug-in: --dllm-algorithm Spot vs LowConfidence at one commit per step (bench/sglang_check.py)"
+if [ "$SGLANG_S" -gt 0 ] && $PY -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+  T=$(budget "$SGLANG_S" 0)
+  timeout "$T" $PY bench/sglang_check.py --json "$OUT/sglang_check.json" --budget $((T - 60))
+  STATUS[sglang_check]="exit $? (124 = ran out of its ${T}s; 1 = a claim failed or an engine did not run)"
+else
+  STATUS[sglang_check]="not run: needs sglang with sgl_kernel and a GPU"
+  echo "${STATUS[sglang_check]}"
+fi
 
 step "summary"
 {

@@ -3,7 +3,6 @@
 
 import json
 import math
-from types import SimpleNamespace
 
 import pytest
 import spot
@@ -248,11 +247,6 @@ def test_collect_shards(tmp_path):
     for p, q in zip(paths, again):
         x, y = load_file(str(p)), load_file(str(q))
         assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
-
-
-def test_collect_rejects_large_vocabularies(tmp_path):
-    with pytest.raises(ValueError, match="vocab_size"):
-        collect(SimpleNamespace(vocab_size=2**15 + 1), [[1]], tmp_path, progress=False)
 
 
 def test_collect_further_prompts_merge(tmp_path):

@@ -105,3 +105,31 @@ def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(mo
         r = report["methods"][method]
         assert r["target_passes"] == whole["target_passes"] and r["exact_match_vs_standard"], method
     assert report["methods"]["confidence"]["target_passes"] < report["methods"]["standard"]["target_passes"]
+
+
+def test_bench_budgets_writes_by_budget_and_plots(tmp_path, capsys):
+    """--budgets runs standard once and every other method at each budget (by_budget in the JSON); --plot DIR
+    writes the pass-reduction and commits-per-pass PNGs."""
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    out, plots = tmp_path / "bench.json", tmp_path / "plots"
+    rc = main(["bench", "--target", "random", "--num-prompts", "2", "--max-new-tokens", "8", "--block-size", "4",
+               "--budgets", "1,4", "--methods", "standard,confidence,oracle", "--json", str(out), "--plot",
+               str(plots), "--quiet"])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["budgets"] == [1, 4] and report["settings"]["budget"] == 1
+    assert set(report["by_budget"]) == {"1", "4"}
+    for budget, table in report["by_budget"].items():
+        assert set(table) == {"confidence", "oracle"}
+        assert all(r["exact_match_vs_standard"] for r in table.values())
+    one = report["by_budget"]["1"]["confidence"]
+    assert one["target_passes"] == report["methods"]["standard"]["target_passes"]  # budget 1: the root alone
+    assert report["methods"]["confidence"] == one
+    for name in ("pass_reduction.png", "commits_per_pass.png"):
+        png = plots / name
+        assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert "confidence       4" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--budgets"):
+        main(["bench", "--target", "random", "--budgets", "4,x"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .decode import METHODS, DecodeStats, GenerateOutput, generate
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
+from .hf import HFTarget
 from .loading import load_model, load_target, save_model
 from .model import BlockDiffusionLM, ModelConfig
 from .order_model import WEIGHTS_DIR as ORDER_WEIGHTS
@@ -25,7 +26,8 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter:
 
 
 __all__ = [
-    "METHODS", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput", "LearnedDrafter",
-    "ModelConfig", "ModelTarget", "NoiseCoordinates", "OrderModel", "OrderModelConfig", "OracleDrafter", "Session",
-    "StaleFeatures", "Target", "generate", "load_drafter", "load_model", "load_target", "save_model",
+    "METHODS", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput", "HFTarget",
+    "LearnedDrafter", "ModelConfig", "ModelTarget", "NoiseCoordinates", "OrderModel", "OrderModelConfig",
+    "OracleDrafter", "Session", "StaleFeatures", "Target", "generate", "load_drafter", "load_model", "load_target",
+    "save_model",
 ]

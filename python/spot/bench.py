@@ -59,51 +59,55 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
 
 
 def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
-              **settings) -> dict:
+              budgets=None, **settings) -> dict:
     """Run `methods` (standard always first, it is the reference) and return the JSON-ready report.
 
-    The methods take turns batch by batch (standard, then the others, on the first batch; then on the next), so
-    that a shared machine's changing load falls on every method alike and the wall-clock ratios compare like with
-    like; each method's figures are the sums over its batches."""
+    budgets: several tree budgets (each non-standard method runs at every one, standard once); the report then
+    holds, besides "methods" (standard, and every method at the first budget), "by_budget": {budget: {method:
+    entry}}, and settings.budget is the first budget.
+
+    The runs take turns batch by batch (standard, then every other method at every budget, on the first batch;
+    then on the next), so that a shared machine's changing load falls on every run alike and the wall-clock ratios
+    compare like with like; each run's figures are the sums over its batches."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
+    budgets = list(budgets) if budgets else [settings.get("budget", 16)]
+    settings["budget"] = budgets[0]
     report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
                            "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
     warm_up(target, prompts[0])
-    bar = tqdm(total=len(methods) * -(-len(prompts) // batch_size), desc="bench", disable=not progress,
-               unit="batch")
-    runs = {}
+    runs = [("standard", budgets[0])] + [(m, b) for b in budgets for m in methods[1:]]
+    bar = tqdm(total=len(runs) * -(-len(prompts) // batch_size), desc="bench", disable=not progress, unit="batch")
+    totals = {run: _empty_run() for run in runs}
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start:start + batch_size]
-        for method in methods:
-            bar.set_postfix(method=method)
-            standard = runs.get("standard")
+        for method, budget in runs:
+            bar.set_postfix(method=method, budget=budget)
+            standard = totals[runs[0]] if method != "standard" else None
             run = decode_all(target, batch, method, batch_size=batch_size, drafter=drafter, first_row=start,
-                             standard_orders=standard["orders"][-1:] if standard else None, **settings)
-            _add(runs.setdefault(method, _empty_run()), run)
+                             standard_orders=standard["orders"][-1:] if standard else None,
+                             **{**settings, "budget": budget})
+            _add(totals[(method, budget)], run)
             bar.update()
-    standard = runs["standard"]
-    for method in methods:
-        run = runs[method]
-        passes, generated, seconds = run["target_passes"], run["generated_tokens"], run["seconds"]
-        report["methods"][method] = {
-            "target_passes": passes,
-            "generated_tokens": generated,
-            "passes_per_token": passes / generated if generated else None,
-            "seconds": seconds,
-            "tokens_per_second": generated / seconds if seconds else None,
-            "exact_match_vs_standard": run["tokens"] == standard["tokens"],
-            "commits_per_pass": {str(k): v for k, v in sorted(run["commits_per_pass"].items())},
-            "stage_seconds": dict(run["stage_seconds"]),
-        }
+    standard = totals[runs[0]]
+    by_budget: dict[str, dict] = {str(b): {} for b in budgets}
+    for method, budget in runs:
+        entry = _entry(totals[(method, budget)], standard)
+        if method == "standard" or budget == budgets[0]:
+            report["methods"][method] = entry
+        if method != "standard":
+            by_budget[str(budget)][method] = entry
     bar.close()
     base = report["methods"]["standard"]
-    for r in report["methods"].values():
+    for r in [*report["methods"].values(), *(e for t in by_budget.values() for e in t.values())]:
         r["pass_reduction_vs_standard"] = base["target_passes"] / r["target_passes"] if r["target_passes"] else None
         r["speedup_vs_standard"] = (r["tokens_per_second"] / base["tokens_per_second"]
                                     if r["tokens_per_second"] and base["tokens_per_second"] else None)
+    if len(budgets) > 1:
+        report["settings"]["budgets"] = budgets
+        report["by_budget"] = by_budget
     return report
 
 
@@ -120,11 +124,29 @@ def _add(total: dict, run: dict) -> None:
             total[key] += value
 
 
+def _entry(run: dict, standard: dict) -> dict:
+    passes, generated, seconds = run["target_passes"], run["generated_tokens"], run["seconds"]
+    return {
+        "target_passes": passes,
+        "generated_tokens": generated,
+        "passes_per_token": passes / generated if generated else None,
+        "seconds": seconds,
+        "tokens_per_second": generated / seconds if seconds else None,
+        "exact_match_vs_standard": run["tokens"] == standard["tokens"],
+        "commits_per_pass": {str(k): v for k, v in sorted(run["commits_per_pass"].items())},
+        "stage_seconds": dict(run["stage_seconds"]),
+    }
+
+
 def format_report(report: dict) -> str:
-    lines = [f"{'method':<11} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} {'tok/s':>9} "
-             f"{'speedup':>8} exact"]
-    for name, r in report["methods"].items():
-        lines.append(f"{name:<11} {r['target_passes']:>7} {r['generated_tokens']:>7} "
+    lines = [f"{'method':<11} {'budget':>6} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} "
+             f"{'tok/s':>9} {'speedup':>8} exact"]
+    budget = report["settings"].get("budget")
+    rows = [(name, "" if name == "standard" else budget, r) for name, r in report["methods"].items()]
+    for b, table in list(report.get("by_budget", {}).items())[1:]:
+        rows += [(name, b, r) for name, r in table.items()]
+    for name, b, r in rows:
+        lines.append(f"{name:<11} {b:>6} {r['target_passes']:>7} {r['generated_tokens']:>7} "
                      f"{r['passes_per_token'] or float('nan'):>9.4f} {r['pass_reduction_vs_standard'] or 0:>8.2f}x "
                      f"{r['tokens_per_second'] or 0:>9.1f} {r['speedup_vs_standard'] or 0:>7.2f}x "
                      f"{r['exact_match_vs_standard']}")

@@ -11,12 +11,34 @@ from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .loading import DTYPES, load_target
 
 
-def _target_args(p: argparse.ArgumentParser) -> None:
+def add_target_args(p: argparse.ArgumentParser) -> None:
     """Which target to load, where, and the noise seed: shared by every command that runs the target."""
-    p.add_argument("--target", default="default", help="'default' (embedded), 'random', or a weights directory")
+    p.add_argument("--target", default="default", help="'default' (embedded), 'random', a weights directory, or a "
+                   "Hugging Face checkpoint directory (config.json + weights; nothing is downloaded)")
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
+    hf = p.add_argument_group("Hugging Face targets (--target DIR with a config.json)")
+    hf.add_argument("--layout", default="block_causal", choices=("block_causal", "bidirectional"),
+                    help="block_causal: SDAR / BD3-LM / LLaDA2 (KV-cached prefix); bidirectional: LLaDA / Dream")
+    hf.add_argument("--mask-token", help="the mask token's text (default: the tokenizer's or config's mask token)")
+    hf.add_argument("--mask-id", type=int, help="the mask token's id (instead of --mask-token)")
+    hf.add_argument("--logits-shift", type=int, default=0, choices=(0, 1),
+                    help="1 for models whose logit for position i is read at i - 1 (Dream)")
+    hf.add_argument("--trust-remote-code", action="store_true",
+                    help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR); only for code you trust")
+
+
+def target_from_args(a):
+    """The target of --target with its flags; the Hugging Face flags apply to checkpoint directories only."""
+    from .hf import is_hf_directory
+    if a.target in ("default", "random") or not is_hf_directory(a.target):
+        return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    try:
+        return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout, mask_token=a.mask_token,
+                           mask_id=a.mask_id, logits_shift=a.logits_shift, trust_remote_code=a.trust_remote_code)
+    except (FileNotFoundError, ValueError, ImportError) as e:
+        raise SystemExit(f"--target {a.target}: {e}") from None
 
 
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
@@ -25,7 +47,7 @@ def _drafter_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    _target_args(p)
+    add_target_args(p)
     _drafter_arg(p)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -108,7 +130,7 @@ def _prompts(a, target) -> list[list[int]]:
     count = getattr(a, "num_prompts", 1)
     texts = None
     if getattr(a, "prompts_file", None):
-        texts = _read_prompts_file(a.prompts_file)
+        texts = read_prompts_file(a.prompts_file)
     elif getattr(a, "prompt", None) is not None:
         texts = [a.prompt]
     if texts is not None:
@@ -121,7 +143,7 @@ def _prompts(a, target) -> list[list[int]]:
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
 
 
-def _read_prompts_file(path) -> list[str]:
+def read_prompts_file(path) -> list[str]:
     """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines); errors name the file."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -150,7 +172,7 @@ def _held_out_prompts(target, count: int):
 def cmd_generate(a) -> int:
     _at_least(a, {"prompt_len": 0})
     methods = _methods(a.methods)
-    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    target = target_from_args(a)
     prompts = _prompts(a, target)[:1]
     settings = _settings(a)
     _check_settings(target, prompts, settings)
@@ -161,10 +183,15 @@ def cmd_generate(a) -> int:
     warm_up(target, prompts[0])
     rows = []
     for i, method in enumerate(methods):
-        out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, **settings)
+        starts: dict[int, list[int]] = {}  # block -> commit step before each of its passes
+        on_pass = (lambda blk, step, stale: starts.setdefault(blk, []).append(int(step[0]))) if a.show_order else None
+        out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, on_pass=on_pass,
+                       **settings)
         if i == 0:
             text = tok.decode(out.tokens[0]) if tok is not None else " ".join(map(str, out.tokens[0]))
             print(f"--- generated ({method}) ---\n{text}\n---")
+        if a.show_order:
+            print(_commit_orders(method, out.orders[0].tolist(), starts))
         s = out.stats
         rows.append(f"{method:<11} passes {s.target_passes:>5}  tokens {s.generated_tokens:>5}  "
                     f"passes/token {s.passes_per_token:.3f}  tokens/s {s.tokens_per_second:8.1f}")
@@ -180,23 +207,38 @@ WHY_BUDGETS = ("why: a CPU picks small trees and a GPU large ones: on a CPU a pa
                "nodes x block tokens,\n     while on a GPU a memory-bound pass carries extra nodes nearly free")
 
 
+def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[int]]) -> str:
+    """Every decoded block of one method: under each position, the pass (within the block) that committed it."""
+    from .plots import format_commit_order
+
+    blocks = [format_commit_order(order, starts[blk], f"{method} block {blk}: ")
+              for blk, order in enumerate(orders) if blk in starts]
+    return "\n".join(blocks)
+
+
 def cmd_bench(a) -> int:
     """Every argument is checked, and --json's folder written to, before anything is decoded."""
     _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
     methods = _methods(a.methods)
+    budgets = _int_list("--budgets", a.budgets) if a.budgets else None
     if a.json:
         try:
             check_writable(a.json)
         except ValueError as e:
             raise SystemExit(f"--json {e}") from None
-    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    if a.plot:
+        _check_plot_folder(a.plot)
+    target = target_from_args(a)
     prompts = _prompts(a, target)
     if not prompts:
         raise SystemExit("bench: no prompts to decode")
+    if budgets:
+        a.budget = str(budgets[0])  # --budgets replaces --budget
     settings = _settings(a)
-    _check_settings(target, prompts, settings)
+    for budget in budgets or [settings["budget"]]:
+        _check_settings(target, prompts, {**settings, "budget": budget})
     report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods, a),
-                       progress=not a.quiet, **settings)
+                       progress=not a.quiet, budgets=budgets, **settings)
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
@@ -204,6 +246,108 @@ def cmd_bench(a) -> int:
     if a.json:
         write_json(report, a.json)
         print(f"wrote {a.json}")
+    if a.plot:
+        from .plots import bench_plots
+
+        for path in bench_plots(report, a.plot):
+            print(f"wrote {path}")
+    return 0
+
+
+def _int_list(flag: str, text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SystemExit(f"{flag}: expected integers >= 1, got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def _check_matplotlib() -> None:
+    """--plot needs matplotlib: refused before anything runs when it is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit("--plot: matplotlib is not installed (pip install matplotlib)") from None
+
+
+def _check_plot_folder(folder) -> None:
+    """--plot's folder is created (or must be a folder) and writable, before anything runs."""
+    from pathlib import Path
+
+    _check_matplotlib()
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise SystemExit(f"--plot {folder}: exists and is not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        check_writable(path / "pass_reduction.png")
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--plot {folder}: cannot write there ({e})") from None
+
+
+def cmd_project(a) -> int:
+    """The roofline projection of docs/projection.md: every figure it prints is a projection, not a measurement."""
+    from . import project as pj
+
+    gpu = pj.GPUS.get(a.gpu)
+    if gpu is None:
+        raise SystemExit(f"--gpu: unknown {a.gpu!r}; choose from {','.join(pj.GPUS)}")
+    names = [s.strip() for s in a.shapes.split(",") if s.strip()]
+    bad = [s for s in names if s not in pj.SHAPES]
+    if bad or not names:
+        raise SystemExit(f"--shapes: unknown {bad or 'empty'}; choose from {','.join(pj.SHAPES)}")
+    _at_least(a, {"prefix": 0, "batch": 1})
+    if a.plot:
+        _check_matplotlib()
+    for flag, path in (("--plot", a.plot), ("--json", a.json)):
+        if path:
+            try:
+                check_writable(path)
+            except ValueError as e:
+                raise SystemExit(f"{flag} {e}") from None
+    try:
+        accs = pj.load_acceptance(a.inputs)
+    except (ValueError, KeyError) as e:
+        raise SystemExit(f"project: {e}") from None
+    wanted = _methods(a.methods)
+    accs = [x for x in accs if x.method in wanted]
+    if not accs:
+        raise SystemExit(f"project: the JSON files hold none of --methods {a.methods}")
+    block = accs[0].block_size
+    measured_shape, measured, curve = None, None, None
+    if a.measured:
+        try:
+            curve, measured = pj.measured_curve(a.measured, block=block)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
+        measured_shape = curve["shape"]
+        if measured_shape not in names:
+            names.append(measured_shape)
+    rows_by_shape = {}
+    for name in names:
+        shape = pj.SHAPES[name]
+        own = measured if name == measured_shape else None
+        prefix, batch = (curve["prefix"], curve["batch"]) if own else (a.prefix, a.batch)
+        rows_by_shape[name] = pj.project(accs, shape, gpu, prefix, batch, a.lm_head, own)
+        print(pj.format_table(rows_by_shape[name]))
+        if own:
+            print(pj.format_curve(shape, gpu, block, prefix, batch, own))
+            print(f"measured on {curve.get('device')} ({curve['layers_measured']} layers, scaled to {shape.layers})")
+        print()
+    print(f"inputs: {', '.join(sorted({x.source for x in accs}))}; B = {block}, prefix {a.prefix}, batch {a.batch}, "
+          f"LM head over {'all nodes' if a.lm_head == 'all' else 'the accepted chain'}; {gpu.name}: "
+          f"{gpu.flops / 1e12:.0f} TFLOP/s bf16 dense, {gpu.bandwidth / 1e12:.2f} TB/s. {pj.LABEL}.")
+    if a.json:
+        write_json({"label": pj.LABEL, "gpu": vars(gpu), "settings": {k: v for k, v in vars(a).items()
+                                                                         if k != "func"},
+                    "rows": [r for rows in rows_by_shape.values() for r in rows]}, a.json)
+        print(f"wrote {a.json}")
+    if a.plot:
+        pj.plot(rows_by_shape, a.plot, f"projected speed-up over standard on {gpu.name}, B = {block}, "
+                f"prefix {a.prefix}, batch {a.batch}")
+        print(f"wrote {a.plot}")
     return 0
 
 
@@ -214,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(g)
     g.add_argument("--prompt", help="prompt text (default: a held-out prompt, or random ids for --target random)")
     g.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")
+    g.add_argument("--show-order", action="store_true",
+                   help="print, per block and method, the pass at which each position was committed")
     g.set_defaults(func=cmd_generate)
     b = sub.add_parser("bench", help="run methods on the same prompts and seeds; write JSON")
     _common(b)
@@ -225,7 +371,24 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=1)
     b.add_argument("--json", help="write the report here")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--budgets", help="comma-separated tree budgets: every method but standard runs at each "
+                   "(replaces --budget; the JSON gains by_budget)")
+    b.add_argument("--plot", metavar="DIR", help="write pass_reduction.png and commits_per_pass.png into DIR")
     b.set_defaults(func=cmd_bench)
+    p = sub.add_parser("project", help="GPU roofline projection of a benchmark's speed-up (not a measurement)")
+    p.add_argument("inputs", nargs="+", help="`spot bench --json` reports and/or bench/budget_curve.py JSON files "
+                   "(one block size; several budgets from several files or from --budgets)")
+    p.add_argument("--gpu", default="h200", help="h100 or h200 (SXM; docs/projection.md names the datasheets)")
+    p.add_argument("--shapes", default="embedded,qwen3-1.7b,qwen3-4b,qwen3-8b", help="model shapes, comma-separated")
+    p.add_argument("--methods", default="spot,confidence", help="methods to project (standard is the baseline)")
+    p.add_argument("--prefix", type=int, default=1024, help="cached prefix tokens each pass attends to")
+    p.add_argument("--batch", type=int, default=1, help="sequences per pass")
+    p.add_argument("--lm-head", default="all", choices=("all", "chain"),
+                   help="LM head over every node, or only over the chain verification reaches")
+    p.add_argument("--measured", help="bench/gpu_bench.py JSON with a measured pass_curve: printed beside the roofline")
+    p.add_argument("--plot", help="write the projected speed-up against budget here (PNG)")
+    p.add_argument("--json", help="write the projection rows here")
+    p.set_defaults(func=cmd_project)
     sub.add_parser("build", add_help=False, help="the offline pipeline: `spot build --help`")
     return parser
 

@@ -155,7 +155,9 @@ class _Run:
 def _decode_block(run: _Run, session, blk: int, order: torch.Tensor) -> torch.Tensor:
     """Commit every position of block `blk`, a tree per pass; record the commit order in `order` [b, B]."""
     target, (b, block_size) = run.target, order.shape
-    block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
+    block = session.initial_block(block_size)
+    if block is None:
+        block = torch.full((b, block_size), target.mask_id, dtype=torch.long, device=target.device)
     step = torch.zeros(b, dtype=torch.long, device=target.device)  # commits already in each row's block
     stale = None
     while bool((block == target.mask_id).any()):
@@ -224,10 +226,13 @@ def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
-def _score_all_nodes(run: _Run, logits: NodeLogits, masked, tree: Tree, block_start, step) -> ScoreOutput:
-    """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation)."""
+def _score_all_nodes(run: _Run, logits: NodeLogits | torch.Tensor, masked, tree: Tree, block_start,
+                     step) -> ScoreOutput:
+    """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation). `logits`: a
+    pass's NodeLogits, or its logits [b, N, B, V] (the SGLang round passes its forward's)."""
     b, n = masked.shape[:2]
-    return spot_kernels.score(_without_mask_token(logits.full(), run.target.mask_id), masked, run.seed,
+    logits = logits.full() if isinstance(logits, NodeLogits) else logits
+    return spot_kernels.score(_without_mask_token(logits, run.target.mask_id), masked, run.seed,
                               run.rows[:, None].expand(b, n),
                               block_start[:, None].expand(b, n), step[:, None] + tree.depth, run.temperature,
                               confidence=run.confidence, top_k=run.top_k, backend=run.backend)
@@ -404,7 +409,13 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
     if drafter is not None and not isinstance(drafter, Drafter):
         raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
-    max_block = getattr(getattr(getattr(drafter, "model", None), "cfg", None), "max_block", None)
+    drafter_cfg = getattr(getattr(drafter, "model", None), "cfg", None)
+    max_block = getattr(drafter_cfg, "max_block", None)
+    trained_vocab = getattr(drafter_cfg, "vocab_size", 0) if getattr(drafter_cfg, "token_buckets", 0) else 0
+    if method == "spot" and trained_vocab and trained_vocab != target.vocab_size:
+        raise ValueError(f"drafter: it reads token ids of a {trained_vocab}-token vocabulary (token buckets) and "
+                         f"this target's vocabulary has {target.vocab_size}; use a drafter trained without "
+                         "--token-buckets (it reads no token ids) or train one on this target")
     if method == "spot" and isinstance(max_block, int) and block_size > max_block:
         raise ValueError(f"block_size: {block_size} exceeds the drafter's max_block {max_block}")
     return clean, max_new_tokens, block_size, seed, float(temperature), eos_id, rows

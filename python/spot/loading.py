@@ -185,11 +185,14 @@ def embedded_target_available() -> bool:
 
 
 def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: int = 0,
-                config: ModelConfig | None = None) -> ModelTarget:
+                config: ModelConfig | None = None, **hf_options):
     """Return a target ready for `spot.generate`.
 
     name: "default" (the embedded trained model shipped in the package), "random" (random weights from `seed`,
-    shaped by `config`, for tests and benchmarks), or a directory holding target.safetensors + target.json.
+    shaped by `config`, for tests and benchmarks), a directory holding target.safetensors + target.json, or a
+    Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;
+    `hf_options` (layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift, attn_implementation) go to
+    `spot.hf.load_hf_target` then, and are refused otherwise.
     dtype: "float32" (default), "float64" (exactness tests), "bfloat16" or "float16" (on CPU computed in float32
     from the half weights, docs/half_precision.md).
     """
@@ -197,6 +200,12 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
         if dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
         dtype = DTYPES[dtype]
+    if name not in ("default", "random") and Path(name).is_dir() and not (Path(name) / "target.json").is_file() \
+            and (Path(name) / "config.json").is_file():
+        from .hf import load_hf_target
+        return load_hf_target(name, dtype=dtype, device=device, **hf_options)
+    if hf_options:
+        raise TypeError(f"load_target: {sorted(hf_options)} apply to Hugging Face checkpoint directories only")
     tokenizer = _shipped_tokenizer()
     if name == "random":
         cfg = config or ModelConfig(vocab_size=tokenizer.vocab_size if tokenizer else 4096)

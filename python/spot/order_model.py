@@ -38,6 +38,7 @@ class OrderModelConfig:
     resampled: bool = False  # also read resampled_confidence at the node's step
     token_buckets: int = 0  # > 0: also read an embedding of each position's stale top-1 token id
     token_dim: int = 32
+    vocab_size: int = 0  # the vocabulary the token buckets were trained on (0: not recorded)
 
     @property
     def n_features(self) -> int:
@@ -256,7 +257,7 @@ def save_order_model(model: OrderModel, directory, name: str = "drafter", extra:
 def check_order_config(meta, path) -> OrderModelConfig:
     """A drafter's saved config, checked at load time: every field present with its type, sizes positive, heads
     dividing d_model (errors name `path` and the field)."""
-    cfg = OrderModelConfig(**check_config_fields(meta, OrderModelConfig, path))
+    cfg = OrderModelConfig(**check_config_fields(meta, OrderModelConfig, path, optional=("vocab_size",)))
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "top_k", "max_block", "max_depth", "token_dim"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{path}: config field {name!r} must be >= 1, got {getattr(cfg, name)}")

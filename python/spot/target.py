@@ -50,6 +50,12 @@ class Session(ABC):
     def append(self, block: torch.Tensor) -> None:
         """Commit a finished block int64 [batch, B] to the prefix (its cost is folded into the next pass)."""
 
+    def initial_block(self, block_size: int) -> torch.Tensor | None:
+        """The current block's state before its first pass, int64 [batch, B], or None: every position masked.
+        A session whose blocks are aligned to absolute positions (diffusers' LLaDA2Pipeline) returns the prompt
+        tokens that share the first block, which no pass may change."""
+        return None
+
 
 class NodeLogits:
     """The logits of one target pass, [batch, N, B, V], handed out whole or one node per row."""

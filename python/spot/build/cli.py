@@ -20,7 +20,6 @@ import argparse
 import glob
 from pathlib import Path
 
-from ..loading import DTYPES
 
 CACHE = Path(".cache")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the installed `spot` package
@@ -117,7 +116,7 @@ def cmd_target(a) -> int:
 
 
 def cmd_collect(a) -> int:
-    from ..loading import load_target
+    from ..cli import read_prompts_file, target_from_args
     from .collect import check_collect_args, collect
     from .prompts import training_prompts
 
@@ -130,14 +129,19 @@ def cmd_collect(a) -> int:
         raise SystemExit(f"--block-sizes: expected positive sizes, got {a.block_sizes!r}")
     if not temperatures or min(temperatures) < 0:
         raise SystemExit(f"--temperatures: expected temperatures >= 0, got {a.temperatures!r}")
-    target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+    target = target_from_args(a)
     if target.tokenizer is None:
-        raise SystemExit("collect needs a target with the shipped tokenizer (prompts come from the corpus)")
-    skip = _ints(a.skip_prompts) if a.skip_prompts else ()
-    texts, first_row = training_prompts(a.corpus, a.num_prompts, skip, a.skip_fresh)
+        raise SystemExit("collect needs a target with a tokenizer (prompts are text: the corpus or --prompts-file)")
+    if a.prompts_file:
+        if a.skip_prompts:
+            raise SystemExit("--skip-prompts numbers corpus prompts; it does not apply to --prompts-file")
+        texts, first_row = read_prompts_file(a.prompts_file)[:a.num_prompts], 0
+    else:
+        skip = _ints(a.skip_prompts) if a.skip_prompts else ()
+        texts, first_row = training_prompts(a.corpus, a.num_prompts, skip, a.skip_fresh)
     prompts = [target.tokenizer.encode(t) for t in texts]
     if not prompts:
-        raise SystemExit(f"collect: no training prompts in {a.corpus}")
+        raise SystemExit(f"collect: no training prompts in {a.prompts_file or a.corpus}")
     try:
         check_collect_args(target, prompts, block_sizes, temperatures, a.max_new_tokens, a.batch_size, a.seed, 32,
                            first_row)
@@ -226,10 +230,9 @@ def cmd_tune(a) -> int:
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="default", help="'default' (embedded), 'random', or a weights directory")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
+    """The runtime CLI's target flags (a Hugging Face checkpoint directory with its --mask-token etc. included)."""
+    from ..cli import add_target_args
+    add_target_args(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -286,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("collect", help="record standard-decoding trajectories for training the order drafter")
     _target_args(s)
     s.add_argument("--corpus", default=str(CACHE / "corpus"), help=corpus_help)
+    s.add_argument("--prompts-file", help="decode these prompts (one per line, \\n for newlines) instead of the "
+                   "corpus's training prompts: the way to collect on a target of another tokenizer")
     s.add_argument("--out", default=str(CACHE / "trajectories"))
     s.add_argument("--num-prompts", type=int, default=256, help="training-split prompts to decode")
     s.add_argument("--skip-prompts", default="",

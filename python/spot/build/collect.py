@@ -10,7 +10,8 @@ tree depth d, and these trajectories are its exact training distribution.
 One shard per (block size, temperature) and run: `traj-B{B}-T{T}.safetensors`, or `traj-B{B}-T{T}-r{R}` for a run
 whose prompts are numbered from R (a later run on further prompts; training merges a pair's shards). Safetensors
 with
-  topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K], tokens int16 [blocks, B, B],
+  topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past
+  32768 tokens), tokens int16 (or int32) [blocks, B, B],
   confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int8 [blocks, B] (positions in commit
   order), prompt int32 [blocks] (index of the prompt = its noise row), block_index int32 [blocks], block_start
   int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
@@ -44,8 +45,10 @@ class TrajectoryRecorder:
         self.blocks.setdefault(blk, []).append(stale)
         self.starts[blk] = stale.block_start
 
-    def tensors(self, orders: torch.Tensor, first_prompt: int) -> dict[str, torch.Tensor]:
-        """Stack complete blocks: [batch * blocks, B steps, B, ...]."""
+    def tensors(self, orders: torch.Tensor, first_prompt: int, vocab_size: int) -> dict[str, torch.Tensor]:
+        """Stack complete blocks: [batch * blocks, B steps, B, ...]. Token ids are int16 when the vocabulary fits,
+        else int32 (a 151,936-token Qwen vocabulary)."""
+        ids = torch.int16 if vocab_size <= 2**15 else torch.int32
         done = [blk for blk, passes in sorted(self.blocks.items()) if len(passes) == self.B]
 
         def stack(name, dtype):
@@ -55,8 +58,8 @@ class TrajectoryRecorder:
         b = self.batch
         return {
             "topk_probs": stack("topk_probs", torch.float16),
-            "topk_ids": stack("topk_ids", torch.int16),
-            "tokens": stack("tokens", torch.int16),
+            "topk_ids": stack("topk_ids", ids),
+            "tokens": stack("tokens", ids),
             "confidence": stack("confidence", torch.float32),
             "masked": stack("masked", torch.bool),
             "order": orders[:, done].flatten(0, 1).to(torch.int8).cpu(),
@@ -74,8 +77,6 @@ def pair_name(path) -> str:
 def check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k,
                        first_row) -> None:
     """`collect`'s arguments, refused (naming the argument) before anything is created or decoded."""
-    if target.vocab_size > 2**15:
-        raise ValueError("collect stores token ids as int16: vocab_size must be at most 32768")
     if not prompts:
         raise ValueError("prompts: nothing to collect (no prompts)")
     if not block_sizes or not temperatures:
@@ -113,7 +114,7 @@ def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), 
                 out = generate(target, batch, "standard", max_new_tokens=max_new_tokens, block_size=B,
                                temperature=T, seed=seed, eos_id=None, top_k=top_k, on_pass=rec,
                                rows=list(range(first_row + start, first_row + start + len(batch))))
-                parts.append(rec.tensors(out.orders, first_row + start))
+                parts.append(rec.tensors(out.orders, first_row + start, target.vocab_size))
                 bar.update(len(batch))
             bar.close()
             shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}

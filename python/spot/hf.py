@@ -1,0 +1,350 @@
+"""Hugging Face targets: SPOT on a transformers model people already run (docs/integrations.md).
+
+`HFTarget` wraps a `PreTrainedModel` whose forward takes `input_ids`, a 4D `attention_mask`, `position_ids` and
+`past_key_values` (the Llama / Qwen2 / Qwen3 families, and remote-code DLMs with that signature) in one of two
+attention layouts:
+
+- "block_causal" (SDAR, BD3-LM, LLaDA2): committed tokens live in a `DynamicCache`. A pass feeds the tokens that
+  joined the prefix since the last pass (the prompt, then each finished block), then N copies of the current block;
+  `spot_kernels.tree_mask` lets every copy see the prefix and itself only. The copies' keys and values are cropped
+  from the cache after the pass, so a finished block joins the prefix inside the next pass, as with the embedded
+  target.
+- "bidirectional" (LLaDA, Dream): no cache. A pass runs N copies of the whole sequence (prompt, committed blocks,
+  one node's block, the still-masked future blocks) as N rows of one batch, because in a bidirectional model every
+  position's output depends on every token.
+
+Left padding batches prompts of different lengths; the mask hides the pads. The mask is handed over in the form
+the model's attention implementation reads (bool for sdpa, additive for eager and flex_attention); attention
+implementations that cannot take an arbitrary mask (flash attention) are refused. A self-check on first use scores
+nodes together and apart and refuses a model that ignores the mask.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import spot_kernels
+
+from .target import Session, Target
+
+LAYOUTS = ("block_causal", "bidirectional")
+BOOL_MASK_ATTENTION = ("sdpa",)  # read a bool mask, True = attend
+ADDITIVE_MASK_ATTENTION = ("eager", "flex_attention")  # add the mask to the scores: a bool mask would be wrong
+# Self-check tolerance on logits, relative to the largest logit: far above batch-composition rounding, far below
+# the O(1) changes of a node that sees another node or a pad.
+CHECK_TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
+
+
+class HFTarget(Target):
+    """A transformers model as a SPOT target.
+
+    model: a `PreTrainedModel` (or any module with the same forward signature and a `config`).
+    layout: "block_causal" or "bidirectional" (module docstring).
+    mask_id: the mask token's id; eos_id: the end-of-sequence id (None: never stop).
+    tokenizer: optional, anything with encode(text) -> ids and decode(ids) -> text (the CLI uses it).
+    logits_shift: 1 for models whose logits for position i are read at position i - 1 (Dream); bidirectional only.
+    pad_id: the id placed in left padding (never attended to); default mask_id.
+    self_check: run the mask self-check on the first `start` (default True).
+    """
+
+    def __init__(self, model, layout: str = "block_causal", *, mask_id: int, eos_id: int | None = None,
+                 tokenizer=None, logits_shift: int = 0, pad_id: int | None = None, self_check: bool = True):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
+        if logits_shift not in (0, 1):
+            raise ValueError(f"logits_shift: expected 0 or 1, got {logits_shift!r}")
+        if logits_shift and layout != "bidirectional":
+            raise ValueError("logits_shift=1 (logits read one position to the left, as Dream does) needs "
+                             "layout='bidirectional': in 'block_causal' a block's first logit would come from a "
+                             "cached prefix position")
+        config = getattr(model, "config", None)
+        attention = getattr(config, "_attn_implementation", None) or "eager"
+        if attention not in BOOL_MASK_ATTENTION + ADDITIVE_MASK_ATTENTION:
+            raise ValueError(f"model attention implementation {attention!r} cannot take an arbitrary 4D mask; load "
+                             f"the model with attn_implementation='sdpa' (or 'eager')")
+        self.model = model.eval()
+        self.layout, self.logits_shift, self.attention = layout, logits_shift, attention
+        self.tokenizer = tokenizer
+        self.vocab_size = _vocab_size(model)
+        for name, value in (("mask_id", mask_id), ("eos_id", eos_id), ("pad_id", pad_id)):
+            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
+                raise ValueError(f"{name}: expected a token id in [0, {self.vocab_size}), got {value!r}")
+        self.mask_id, self.eos_id = mask_id, eos_id
+        self.pad_id = mask_id if pad_id is None else pad_id
+        self._checked = not self_check
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(p for p in self.model.parameters() if p.is_floating_point()).dtype
+
+    def start(self, prompts, max_new_tokens, block_size) -> Session:
+        if not self._checked:
+            self.self_check(block_size)
+            self._checked = True
+        if self.logits_shift and any(len(p) == 0 for p in prompts):
+            raise ValueError("prompts: logits_shift=1 reads a block's first logit at the token before it, so every "
+                             "prompt needs at least one token")
+        session = BlockCausalSession if self.layout == "block_causal" else BidirectionalSession
+        return session(self, prompts, max_new_tokens, block_size)
+
+    # ---------------------------------------------------------------------------------------------- forward
+
+    def mask(self, visible: torch.Tensor) -> torch.Tensor:
+        """A bool mask (True = attend) in the form the model's attention implementation reads."""
+        if self.attention in BOOL_MASK_ATTENTION:
+            return visible
+        zero = torch.zeros((), dtype=self.dtype, device=visible.device)
+        return torch.where(visible, zero, torch.full((), -math.inf, dtype=self.dtype, device=visible.device))
+
+    @torch.no_grad()
+    def forward(self, ids, visible, positions, cache=None, keep: int = 0) -> torch.Tensor:
+        """Logits [rows, keep or all, V] of one model call; `visible` is the bool mask [rows, 1, Q, K]."""
+        kwargs = dict(attention_mask=self.mask(visible), position_ids=positions, use_cache=cache is not None)
+        if cache is not None:  # transformers >= 5.24 names it `cache`, earlier versions `past_key_values`
+            kwargs["cache" if _accepts(self.model, "cache") else "past_key_values"] = cache
+        if keep and _accepts(self.model, "logits_to_keep"):
+            kwargs["logits_to_keep"] = keep
+        out = self.model(input_ids=ids, **kwargs)
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        return logits[:, -keep:] if keep else logits
+
+    def new_cache(self):
+        from transformers import DynamicCache
+        try:
+            return DynamicCache(config=self.model.config)
+        except TypeError:  # transformers < 4.56 takes no config
+            return DynamicCache()
+
+    # ---------------------------------------------------------------------------------------------- self-check
+
+    def self_check(self, block_size: int) -> None:
+        """Score two nodes together and apart, and a short prompt alone and beside a longer one: the logits must
+        agree (to `CHECK_TOLERANCE`), and a block's first position must see its last. Raises ValueError naming
+        what the model got wrong: a model that ignores the 4D mask would otherwise decode wrong tokens."""
+        B = block_size
+        short, long = [self._probe_token(i) for i in range(2)], [self._probe_token(i) for i in range(2, 7)]
+        a = torch.full((B,), self.mask_id, dtype=torch.long, device=self.device)
+        b = a.clone()
+        b[-1] = self._probe_token(7)
+        pair = self._probe([short, long], B, [[a, b], [a], [b]])
+        alone = self._probe([short], B, [[a, b]])
+        tol = CHECK_TOLERANCE.get(self.dtype, 1e-3)
+        together, only_a, only_b = pair
+        scale = 1.0 + together.abs().max().item()
+        worst = max((together[:, 0] - only_a[:, 0]).abs().max().item(),
+                    (together[:, 1] - only_b[:, 0]).abs().max().item())
+        if worst > tol * scale:
+            raise ValueError(f"HFTarget self-check: a node's logits change by {worst:.3g} when another node shares "
+                             "its pass: the model does not apply the 4D attention mask it is given (or its numerics "
+                             "depend on the batch); SPOT would decode wrong tokens with it")
+        padded = (alone[0][0] - together[0]).abs().max().item()
+        if padded > tol * scale:
+            raise ValueError(f"HFTarget self-check: a prompt's logits change by {padded:.3g} when it is left-padded "
+                             "beside a longer prompt: the model attends to padding (it ignores the 4D attention "
+                             "mask)")
+        if B > 1 and torch.equal(together[:, 0, 0], together[:, 1, 0]):
+            raise ValueError("HFTarget self-check: a block's first position does not see its last (changing the "
+                             "last token left the first position's logits unchanged): the model attends causally "
+                             "inside the block, i.e. it ignores the 4D attention mask")
+
+    def _probe_token(self, i: int) -> int:
+        """The i-th token id used by the self-check: small ids, skipping the mask id."""
+        ids = [t for t in range(min(self.vocab_size, 16)) if t != self.mask_id]
+        return ids[i % len(ids)]
+
+    def _probe(self, prompts, block_size, node_sets) -> list[torch.Tensor]:
+        session = (BlockCausalSession if self.layout == "block_causal" else BidirectionalSession)(
+            self, prompts, block_size, block_size)
+        root = torch.full((len(prompts), 1, block_size), self.mask_id, dtype=torch.long, device=self.device)
+        if self.layout == "block_causal":
+            session.score(root)  # prefill, so every probe below reads the same cached prefix
+        return [session.score(torch.stack(nodes)[None].expand(len(prompts), -1, -1)).double() for nodes in node_sets]
+
+
+class _LeftPadded(Session):
+    """Prompts left-padded to one width: `key_start` [b] is the first real token of each row."""
+
+    def __init__(self, target: HFTarget, prompts, max_new_tokens: int, block_size: int):
+        self.target, self.batch, self.passes = target, len(prompts), 0
+        self.block_size = block_size
+        self.width = max((len(p) for p in prompts), default=0)
+        ids = torch.full((self.batch, self.width), target.pad_id, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            if len(p):
+                ids[i, self.width - len(p):] = torch.as_tensor(p, dtype=torch.long)
+        self.prompt_ids = ids.to(target.device)
+        self.key_start = torch.tensor([self.width - len(p) for p in prompts], dtype=torch.long,
+                                      device=target.device)
+
+
+class BlockCausalSession(_LeftPadded):
+    """Committed tokens in a KV cache; N copies of the current block per pass (module docstring)."""
+
+    def __init__(self, target, prompts, max_new_tokens, block_size):
+        super().__init__(target, prompts, max_new_tokens, block_size)
+        self.pending = self.prompt_ids  # tokens that join the prefix in the next pass
+        self.cache = target.new_cache()
+        self.cache_len = 0
+
+    @property
+    def block_start(self) -> torch.Tensor:
+        return self.cache_len + self.pending.shape[1] - self.key_start
+
+    def score(self, nodes: torch.Tensor) -> torch.Tensor:
+        b, n, B = nodes.shape
+        num_new = self.pending.shape[1]
+        prefix_len = self.cache_len + num_new
+        shape = dict(prefix_len=prefix_len, num_new=num_new, num_nodes=n, block_size=B)
+        visible = spot_kernels.tree_mask(self.key_start, **shape)
+        positions = spot_kernels.tree_position_ids(self.key_start, **shape)
+        ids = torch.cat((self.pending, nodes.reshape(b, n * B)), dim=1)
+        logits = self.target.forward(ids, visible, positions, cache=self.cache, keep=n * B)
+        _crop(self.cache, prefix_len)  # the node copies' keys and values never stay in the cache
+        self.cache_len, self.pending = prefix_len, self.pending[:, :0]
+        self.passes += 1
+        return logits.reshape(b, n, B, -1)
+
+    def append(self, block: torch.Tensor) -> None:
+        self.pending = torch.cat((self.pending, block.to(self.pending.device)), dim=1)
+
+
+class BidirectionalSession(_LeftPadded):
+    """No cache: N copies of the whole sequence per pass, as N batch rows (module docstring)."""
+
+    def __init__(self, target, prompts, max_new_tokens, block_size):
+        super().__init__(target, prompts, max_new_tokens, block_size)
+        blocks = -(-max_new_tokens // block_size)
+        masked = torch.full((self.batch, blocks * block_size), target.mask_id, dtype=torch.long,
+                            device=target.device)
+        self.ids = torch.cat((self.prompt_ids, masked), dim=1)  # [b, L]: prompt, committed and future blocks
+        self.start_slot = self.width  # column of the current block's first token
+
+    @property
+    def block_start(self) -> torch.Tensor:
+        return self.start_slot - self.key_start
+
+    def score(self, nodes: torch.Tensor) -> torch.Tensor:
+        b, n, B = nodes.shape
+        L, s = self.ids.shape[1], self.start_slot
+        if s + B > L:
+            raise RuntimeError(f"session: block at {s} of {B} tokens runs past the sequence ({L})")
+        ids = self.ids.repeat_interleave(n, dim=0)
+        ids[:, s:s + B] = nodes.reshape(b * n, B)
+        key_start = self.key_start.repeat_interleave(n)
+        # Every token sees every real token of its row; the pads are hidden (and see the real tokens, so no
+        # attention row is empty).
+        index = torch.arange(L, device=ids.device)
+        visible = (index[None, None, None, :] >= key_start[:, None, None, None]).expand(b * n, 1, L, L)
+        positions = (index[None, :] - key_start[:, None]).clamp_min(0)
+        first = s - self.target.logits_shift
+        logits = self.target.forward(ids, visible, positions, keep=L - first)
+        self.passes += 1
+        return logits[:, :B].reshape(b, n, B, -1)
+
+    def append(self, block: torch.Tensor) -> None:
+        s = self.start_slot
+        self.ids[:, s:s + block.shape[1]] = block.to(self.ids.device)
+        self.start_slot = s + block.shape[1]
+
+
+def _crop(cache, length: int) -> None:
+    """Cut a transformers cache back to `length` positions (a negative count: the form every version takes)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def _vocab_size(model) -> int:
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is not None:
+        return int(weight.shape[0])
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(size, int):
+        raise ValueError("model: cannot tell its vocabulary size (no output embeddings, no config.vocab_size)")
+    return size
+
+
+def _accepts(model, name: str) -> bool:
+    import inspect
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def is_hf_directory(path) -> bool:
+    """A Hugging Face checkpoint directory (config.json), not an embedded-model one (target.json)."""
+    from pathlib import Path
+    path = Path(path)
+    return (path / "config.json").is_file() and not (path / "target.json").is_file()
+
+
+def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str | None = None,
+                   mask_id: int | None = None, eos_id: int | None | str = "auto", dtype: torch.dtype = torch.float32,
+                   device="cpu", trust_remote_code: bool = False, logits_shift: int = 0,
+                   attn_implementation: str = "sdpa") -> HFTarget:
+    """An `HFTarget` from a local checkpoint directory (config.json, weights, tokenizer files). Nothing is
+    downloaded; remote code runs only with `trust_remote_code=True`.
+
+    The mask id is `mask_id`, else the tokenizer's id of `mask_token`, else the tokenizer's or config's mask token
+    (LLaDA, Dream and SDAR checkpoints name one); eos_id "auto" takes the config's or tokenizer's (the first one
+    when several are listed)."""
+    from pathlib import Path
+
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory}: no config.json, not a Hugging Face checkpoint directory")
+    if not any((directory / name).is_file() for name in WEIGHT_FILES):
+        raise FileNotFoundError(f"{directory}: no weights (expected one of {', '.join(WEIGHT_FILES)})")
+    try:
+        import transformers
+    except ImportError:
+        raise ImportError("Hugging Face targets need transformers: pip install 'spot-kernels[hf]'") from None
+    tokenizer = None
+    if any((directory / name).is_file() for name in TOKENIZER_FILES):
+        tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True,
+                                                               trust_remote_code=trust_remote_code)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        directory, local_files_only=True, trust_remote_code=trust_remote_code, dtype=dtype,
+        attn_implementation=attn_implementation).to(device)
+    config = model.config
+    if mask_id is None and mask_token is not None:
+        if tokenizer is None:
+            raise ValueError(f"mask_token {mask_token!r}: {directory} has no tokenizer files; give mask_id instead")
+        mask_id = tokenizer.convert_tokens_to_ids(mask_token)
+        if mask_id is None or (mask_id == tokenizer.unk_token_id and mask_token != tokenizer.unk_token):
+            raise ValueError(f"mask_token {mask_token!r} is not in the tokenizer's vocabulary")
+    if mask_id is None:
+        mask_id = _first(getattr(tokenizer, "mask_token_id", None))
+        if mask_id is None:
+            mask_id = _first(getattr(config, "mask_token_id", None))
+    if mask_id is None:
+        raise ValueError(f"{directory}: neither the tokenizer nor config.json names a mask token; pass mask_token= "
+                         "(CLI: --mask-token) or mask_id=")
+    if eos_id == "auto":
+        eos_id = _first(getattr(config, "eos_token_id", None))
+        if eos_id is None and tokenizer is not None:
+            eos_id = _first(tokenizer.eos_token_id)
+    return HFTarget(model, layout, mask_id=int(mask_id), eos_id=eos_id, tokenizer=tokenizer,
+                    logits_shift=logits_shift, pad_id=_first(getattr(config, "pad_token_id", None)))
+
+
+def _first(value):
+    """An id, or the first of a list of ids (configs list several end-of-sequence ids)."""
+    if isinstance(value, (list, tuple)):
+        return value[0] if value else None
+    return value

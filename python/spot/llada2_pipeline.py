@@ -1,0 +1,154 @@
+"""A SPOT drop-in for diffusers' `LLaDA2Pipeline` (docs/integrations.md, "diffusers").
+
+`SpotLLaDA2Pipeline` takes the pipeline's components and call signature, plus `method`, `drafter`, `budget` and
+`seed`, and returns the pipeline's own tokens with fewer model calls. It reproduces the pipeline run with ONE
+commit per step (`num_inference_steps = block_length`, `threshold >= 1`, editing off, `minimal_topk = 1`): blocks
+aligned to absolute positions (the prompt's last partial block is decoded with its prompt tokens fixed), the model
+called on the window up to the current block's end with the pipeline's 2D mask and position ids, and no cache.
+A pass scores the N nodes of a draft tree as N copies of that window in one call (N batch rows).
+
+Exactness: at T = 0 the tokens equal the pipeline's (greedy argmax, commit by highest probability) up to each
+row's first end-of-sequence token (after it the pipeline may leave masks, this decoder fills end-of-sequence).
+At T > 0 the pipeline samples with `torch.multinomial`, which draws fresh random numbers at every call, so no
+speculative method can reproduce its samples; there the tokens equal SPOT's coupled-noise standard decoding
+(`method="standard"`, one commit per model call, docs/noise.md) for every method, at any temperature.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .decode import generate
+from .target import Session, Target
+
+try:
+    from diffusers import LLaDA2Pipeline
+    from diffusers.pipelines.llada2.pipeline_llada2 import LLaDA2PipelineOutput
+except ImportError as e:  # pragma: no cover - the [hf] extra is part of the README's set-up
+    raise ImportError("the LLaDA2Pipeline drop-in needs diffusers: pip install 'spot-kernels[hf]'") from e
+
+
+class SpotLLaDA2Pipeline(LLaDA2Pipeline):
+    """`LLaDA2Pipeline` whose call decodes with SPOT. `pipe.model_calls` counts the model calls of the last call.
+
+    Every argument of `LLaDA2Pipeline.__call__` is accepted; settings that are not one-commit-per-step decoding
+    (a `threshold` below 1, editing, `minimal_topk` > 1, `top_p` / `top_k` filtering, callbacks) are refused
+    with a message, since SPOT is exact against that baseline only. `num_inference_steps` is ignored (one commit
+    per step is `block_length` steps per block).
+    """
+
+    model_calls = 0
+
+    @torch.no_grad()
+    def __call__(self, prompt=None, messages=None, input_ids=None, attention_mask=None, use_chat_template=True,
+                 add_generation_prompt=True, gen_length=2048, block_length=None, num_inference_steps=None,
+                 temperature=0.0, top_p=None, top_k=None, sampling_method="auto", threshold=1.0,
+                 editing_threshold=None, max_post_steps=16, minimal_topk=1, eos_early_stop=True, eos_token_id=None,
+                 mask_token_id=None, generator=None, output_type="text", return_dict=True, callback_on_step_end=None,
+                 callback_on_step_end_tensor_inputs=None, *, method: str = "spot", drafter=None, budget: int = 16,
+                 seed: int = 0):
+        if block_length is None:
+            block_length = self.scheduler.config.block_length
+        refused = {"threshold < 1 (several commits per step)": threshold < 1.0,
+                   "editing_threshold > 0 (re-editing committed tokens)": bool(editing_threshold and
+                                                                               editing_threshold > 0),
+                   "minimal_topk > 1": minimal_topk != 1, "top_p / top_k filtering": top_p is not None or
+                   top_k is not None, "callbacks": callback_on_step_end is not None}
+        bad = [name for name, hit in refused.items() if hit]
+        if bad:
+            raise ValueError(f"SpotLLaDA2Pipeline decodes one commit per step, exactly; refused: {', '.join(bad)}")
+        self.check_inputs(prompt=prompt, messages=messages, input_ids=input_ids, gen_length=gen_length,
+                          block_length=block_length, num_inference_steps=block_length, minimal_topk=1, threshold=1.0,
+                          sampling_method=sampling_method, output_type=output_type, callback_on_step_end=None,
+                          callback_on_step_end_tensor_inputs=None)
+        prompt_ids, prompt_mask = self._prepare_input_ids(
+            prompt=prompt, messages=messages, input_ids=input_ids, attention_mask=attention_mask,
+            use_chat_template=use_chat_template, add_generation_prompt=add_generation_prompt, chat_template_kwargs=None)
+        device = self._execution_device
+        if prompt_ids.ndim == 1:
+            prompt_ids, prompt_mask = prompt_ids[None], prompt_mask[None]
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        eos_token_id = self.eos_token_id if eos_token_id is None else eos_token_id
+        mask_token_id = self.mask_token_id if mask_token_id is None else mask_token_id
+        if mask_token_id is None:
+            raise ValueError("`mask_token_id` must be provided (or available on the tokenizer).")
+
+        # The pipeline's layout: the prompt, then masks up to whole blocks; 2D mask and positions over all of it.
+        batch, prompt_length = prompt_ids.shape
+        num_blocks = -(-(prompt_length + gen_length) // block_length)
+        total = num_blocks * block_length
+        x = torch.full((batch, total), mask_token_id, dtype=torch.long, device=device)
+        x[:, :prompt_length] = prompt_ids
+        valid = torch.zeros((batch, total), dtype=torch.long, device=device)
+        valid[:, :prompt_length] = prompt_mask
+        valid[:, prompt_length:prompt_length + gen_length] = 1
+        first = prompt_length // block_length
+        target = _WindowTarget(self.model, x, valid, first, mask_token_id)
+        stop = eos_token_id if eos_early_stop and eos_token_id is not None else None
+        if stop is not None and bool((x[:, first * block_length:prompt_length] == stop).any()):
+            stop = None  # an end-of-sequence token inside the prompt's share of the first block is not an answer's
+        out = generate(target, x[:, :prompt_length].tolist(), method, max_new_tokens=total - first * block_length,
+                       block_size=block_length, temperature=temperature, seed=seed, budget=budget,
+                       drafter=drafter if method == "spot" else None, eos_id=stop, allow_partial_block=True)
+        self.model_calls = out.stats.target_passes
+        self._num_timesteps = self.model_calls
+        sequences = x[:, prompt_length:prompt_length + gen_length]
+        texts = None
+        if output_type == "text" and self.tokenizer is not None:
+            cut = [_through_eos(row, eos_token_id) for row in sequences]
+            texts = self.tokenizer.batch_decode(cut, skip_special_tokens=True)
+        if not return_dict:
+            return sequences, texts
+        return LLaDA2PipelineOutput(sequences=sequences, texts=texts)
+
+
+def _through_eos(row: torch.Tensor, eos: int | None) -> torch.Tensor:
+    hits = (row == eos).nonzero() if eos is not None else row.new_empty(0)
+    return row[: int(hits[0]) + 1] if len(hits) else row
+
+
+class _WindowTarget(Target):
+    """The pipeline's model as a SPOT target over the pipeline's tensors (one `generate` call)."""
+
+    def __init__(self, model, x, valid, first_block: int, mask_id: int):
+        self.model, self.x, self.valid, self.first_block = model, x, valid, first_block
+        self.mask_id, self.eos_id, self.device = mask_id, None, x.device
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) \
+            if hasattr(model, "get_output_embeddings") else int(model.config.vocab_size)
+
+    def start(self, prompts, max_new_tokens, block_size) -> Session:
+        return _WindowSession(self, block_size)
+
+
+class _WindowSession(Session):
+    """No cache: a pass calls the model on x[:, :end of the current block], N node copies as N batch rows."""
+
+    def __init__(self, target: _WindowTarget, block_size: int):
+        self.target, self.batch, self.passes = target, target.x.shape[0], 0
+        self.B, self.block = block_size, target.first_block
+        positions = torch.arange(target.x.shape[1], device=target.device)
+        self.positions = positions.expand(self.batch, -1)
+
+    @property
+    def block_start(self) -> torch.Tensor:
+        return torch.full((self.batch,), self.block * self.B, dtype=torch.long, device=self.target.device)
+
+    def initial_block(self, block_size: int) -> torch.Tensor:
+        start = self.block * self.B
+        return self.target.x[:, start:start + self.B].clone()  # the prompt's tokens in it stay fixed
+
+    def score(self, nodes: torch.Tensor) -> torch.Tensor:
+        b, n, B = nodes.shape
+        end = (self.block + 1) * B
+        ids = self.target.x[:, :end].repeat_interleave(n, dim=0)
+        ids[:, -B:] = nodes.reshape(b * n, B)
+        out = self.target.model(ids, attention_mask=self.target.valid[:, :end].repeat_interleave(n, dim=0),
+                                position_ids=self.positions[:, :end].repeat_interleave(n, dim=0))
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        self.passes += 1
+        return logits[:, -B:].reshape(b, n, B, -1)
+
+    def append(self, block: torch.Tensor) -> None:
+        start = self.block * self.B
+        self.target.x[:, start:start + self.B] = block
+        self.block += 1

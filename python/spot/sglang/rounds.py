@@ -1,0 +1,250 @@
+"""One SPOT round over a batch of SGLang requests: draft, ONE tree forward, score, verify (docs/serving.md).
+
+This is `spot.decode._decode_block`'s loop body, cut at the forward so that SGLang's scheduler, not a Python loop,
+drives the rounds: each request brings its block as the scheduler holds it and the state this module returned for
+it last round; the round returns the new block, whether the block is finished (its final tokens persisted by this
+round's forward) and the next state. The pieces are `spot.decode`'s own (`_draft`, `_score_all_nodes`,
+`_stale_features`) and `spot_kernels.verify_tree`; nothing of the algorithm is re-implemented here.
+
+Pure torch + spot, no SGLang import: `spot.sglang.algorithm.Spot` wraps it for SGLang, and the tests drive it with
+a fake forward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field, fields
+from types import SimpleNamespace
+from typing import Callable
+
+import torch
+
+import spot_kernels
+from spot_kernels import CONFIDENCE_KINDS
+
+from ..decode import MIN_TEMPERATURE, _draft, _score_all_nodes, _stale_features
+from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
+from ..tree import Tree
+from .layout import active_nodes
+
+STALE_FIELDS = ("topk_probs", "topk_ids", "tokens", "confidence", "masked")
+
+
+@dataclass
+class SpotOptions:
+    """`--dllm-algorithm-config` keys of the Spot algorithm (all optional)."""
+
+    drafter: str = "confidence"  # "confidence", "none" (one commit per forward: standard decoding), or a drafter
+    # directory / "default" (spot.load_drafter)
+    budget: int = 16  # most nodes one forward scores per request, root included
+    width: int = 4
+    branch: int = 4
+    seed: int = 0  # the coupled noise's seed (docs/noise.md); each request's row comes from its rid
+    temperature: float = 0.0  # used when a batch carries no sampling info
+    confidence: str = "prob"
+    top_k: int = 32
+    backend: str = "auto"  # spot_kernels backend
+    max_tree_tokens: int = 16384  # most tokens one tree forward holds over the batch (SGLang's default
+    # max_prefill_tokens): trees are cut to fit, never below the roots
+
+    @classmethod
+    def from_mapping(cls, cfg) -> "SpotOptions":
+        cfg = dict(cfg or {})
+        cfg.pop("block_size", None)  # SGLang's own key, read by DllmConfig
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(cfg) - set(known))
+        if unknown:
+            raise ValueError(f"Spot: unknown --dllm-algorithm-config keys {unknown}; known: {sorted(known)}")
+        out = cls(**cfg)
+        for name in ("budget", "width", "branch", "top_k", "max_tree_tokens"):
+            v = getattr(out, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"Spot: {name} must be an int >= 1, got {v!r}")
+        if isinstance(out.seed, bool) or not isinstance(out.seed, int) or not 0 <= out.seed < 2**63:
+            raise ValueError(f"Spot: seed must be an int in [0, 2**63), got {out.seed!r}")
+        if out.confidence not in CONFIDENCE_KINDS:
+            raise ValueError(f"Spot: confidence must be one of {CONFIDENCE_KINDS}, got {out.confidence!r}")
+        out.temperature = check_temperature(out.temperature, "Spot: temperature")
+        return out
+
+
+def check_temperature(t, what: str = "temperature") -> float:
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0 \
+            or 0 < t < MIN_TEMPERATURE:
+        raise ValueError(f"{what}: expected 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}, got {t!r}")
+    return float(t)
+
+
+def make_drafter(name: str, device="cpu") -> Drafter | None:
+    if name == "none":
+        return None
+    if name == "confidence":
+        return ConfidenceDrafter()
+    from .. import load_drafter  # the learned drafter: weights on disk, loaded once per process
+
+    return load_drafter(name, device=device)
+
+
+def noise_row(rid: str) -> int:
+    """A request's noise row (docs/design.md §2.3): 32 bits of a hash of its request id, so the noise a request
+    draws never depends on its batch slot, on the batch's other requests or on the process."""
+    return int.from_bytes(hashlib.blake2b(str(rid).encode(), digest_size=4).digest(), "little")
+
+
+@dataclass
+class RequestState:
+    """What SPOT keeps of one request between rounds of one block; SGLang carries it on the request (FDFO's
+    `req.dllm_algo_state`), so it follows the request, never a batch slot."""
+
+    rid: str
+    row: int
+    fixed: int  # positions fixed before the block's first forward (the prompt's tail)
+    stale: dict | None = None  # the deepest accepted node's outputs, STALE_FIELDS -> [B, ...] (decode._stale_features)
+    stale_step: int = -1  # commit step the stale features were recorded at
+    forwards: int = 0  # forwards spent on this block
+    commits: list = field(default_factory=list)  # commits per forward on this block
+
+
+@dataclass
+class RoundResult:
+    block: torch.Tensor  # int64 [bs, B]: the blocks after this round's commits
+    done: list  # bool per request: the block had no masked position, so this forward persisted its final K/V
+    states: list  # RequestState per request
+    num_nodes: list  # nodes scored per request
+    commits: list  # commits made per request this round
+
+
+def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures: list, states: list,
+               forward: Callable, *, options: SpotOptions, drafter: Drafter | None, mask_id: int,
+               prompt: torch.Tensor | None = None, broadcast: Callable | None = None) -> RoundResult:
+    """One round for a batch.
+
+    block int64 [bs, B]: each request's block as the scheduler holds it. block_starts: absolute position of each
+    block's position 0. rids: stable request ids. temperatures: per request (0 = greedy). states: the RequestState
+    returned last round, or None for a block's first round. forward(states [bs, N, B], num_nodes) -> logits
+    [bs, N, B, V]: ONE target forward over every request's tree. prompt: optional bool [bs, B], positions that are
+    prompt (SGLang's dllm_prompt_mask). broadcast(tree) -> tree: makes the draft trees identical on every
+    tensor-parallel rank (docs/serving.md §determinism)."""
+    bs, B = block.shape
+    dev = block.device
+    block = block.long()
+    masked = block == mask_id
+    if prompt is not None and bool((prompt & masked).any()):
+        raise NotImplementedError("Spot: a prompt holds the mask token itself inside the block being decoded; "
+                                  "SPOT's ops treat every mask token as undecided (docs/serving.md, limits)")
+    n_masked = masked.sum(1).tolist()
+    states = list(states) if states is not None else [None] * bs
+    n_fixed = None
+    for i in range(bs):
+        s = states[i]
+        if s is None:  # a block's first round: whatever is not masked is prompt
+            if n_fixed is None:
+                n_fixed = (prompt if prompt is not None else ~masked).sum(1).tolist()
+            states[i] = RequestState(str(rids[i]), noise_row(rids[i]), n_fixed[i])
+        elif s.rid != str(rids[i]):
+            raise RuntimeError(f"Spot: request {rids[i]!r} was handed the state of request {s.rid!r}")
+    steps = [B - states[i].fixed - n_masked[i] for i in range(bs)]
+    if any(k < 0 for k in steps):
+        raise RuntimeError(f"Spot: a block has more masked positions than when it started: commit steps {steps}")
+    active = [n > 0 for n in n_masked]
+    temps = [check_temperature(float(t)) for t in temperatures]
+    block_start = torch.tensor(block_starts, dtype=torch.long, device=dev)
+    step_t = torch.tensor(steps, dtype=torch.long, device=dev)
+    rows_t = torch.tensor([s.row for s in states], dtype=torch.long, device=dev)
+
+    # 1. Draft: a tree per active request with stale features of its current state, else the root alone.
+    tree = Tree.root_only(block)
+    groups: dict = {}
+    for i in range(bs):
+        usable = active[i] and drafter is not None and states[i].stale is not None \
+            and states[i].stale_step == steps[i]
+        if usable:
+            groups.setdefault(temps[i], []).append(i)
+    for t, idx in groups.items():
+        ix = torch.tensor(idx, dtype=torch.long, device=dev)
+        run = _run(options, drafter, rows_t[ix], t, mask_id)
+        stale = _stack_stale([states[i].stale for i in idx], block_start[ix], run, step_t[ix])
+        tree = _put_tree(tree, ix, _draft(run, block[ix], step_t[ix], stale))
+    if broadcast is not None:
+        tree = broadcast(tree)
+    tree = cap_tree_tokens(tree, options.max_tree_tokens)
+    num_nodes = active_nodes(tree.parents)
+
+    # 2. ONE forward over every request's nodes.
+    logits = forward(tree.states, num_nodes)
+    logits[..., mask_id] = float("-inf")  # committing the mask token would undo a commit
+
+    # 3. Score every node, verify, and keep the deepest accepted node's outputs for the next tree.
+    new_block, commits = block.clone(), [0] * bs
+    by_t: dict = {}
+    for i in range(bs):
+        if active[i]:
+            by_t.setdefault(temps[i], []).append(i)
+    for t, idx in by_t.items():
+        ix = torch.tensor(idx, dtype=torch.long, device=dev)
+        run = _run(options, drafter, rows_t[ix], t, mask_id)
+        sub = Tree(*(getattr(tree, f.name)[ix] for f in fields(Tree)))
+        node_masked = sub.states == mask_id
+        scored = _score_all_nodes(run, logits[ix], node_masked, sub, block_start[ix], step_t[ix])
+        commit_tokens = torch.where(scored.commit_pos >= 0, scored.tokens.gather(
+            2, scored.commit_pos.clamp_min(0)[..., None]).squeeze(2), -1)
+        _, _, n_acc, blk, last = spot_kernels.verify_tree(sub.parents, sub.positions, sub.tokens,
+                                                          scored.commit_pos, commit_tokens, block[ix],
+                                                          backend=options.backend)
+        if bool((n_acc == 0).any()):
+            raise RuntimeError("Spot: the target produced no valid commit (NaN or all -inf logits) for a masked block")
+        new_block[ix] = blk
+        stale = _stale_features(run, scored, node_masked, last, block_start[ix], 0, step_t[ix] + n_acc)
+        n_acc = n_acc.tolist()
+        for j, i in enumerate(idx):
+            states[i].stale = {name: getattr(stale, name)[j] for name in STALE_FIELDS}
+            states[i].stale_step = steps[i] + n_acc[j]
+            commits[i] = n_acc[j]
+    for i in range(bs):
+        states[i].forwards += 1
+        states[i].commits.append(commits[i])
+    return RoundResult(new_block, [not a for a in active], states, num_nodes, commits)
+
+
+def cap_tree_tokens(tree: Tree, max_tokens: int) -> Tree:
+    """At most max(1, max_tokens // (bs B)) nodes per request. A tree's nodes come parents first, so its first k
+    nodes hold their ancestors: cutting the rest leaves a valid, smaller tree (fewer drafts, the same tokens)."""
+    bs, n, B = tree.states.shape
+    cap = max(1, max_tokens // max(bs * B, 1))
+    if n <= cap:
+        return tree
+    return Tree(*(getattr(tree, f.name)[:, :cap].contiguous() for f in fields(Tree)))
+
+
+def _run(options: SpotOptions, drafter, rows: torch.Tensor, temperature: float, mask_id: int) -> SimpleNamespace:
+    """The slice of `decode._Run` that `_draft`, `_score_all_nodes` and `_stale_features` read."""
+    return SimpleNamespace(target=SimpleNamespace(mask_id=mask_id), drafter=drafter, seed=options.seed, rows=rows,
+                           temperature=temperature, confidence=options.confidence, top_k=options.top_k,
+                           backend=options.backend, budget=options.budget, width=options.width, branch=options.branch)
+
+
+def _stack_stale(per_request: list, block_start: torch.Tensor, run, step: torch.Tensor) -> StaleFeatures:
+    stacked = {name: torch.stack([s[name] for s in per_request]) for name in STALE_FIELDS}
+    return StaleFeatures(**stacked, block_start=block_start, block_index=0, confidence_kind=run.confidence,
+                         noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature))
+
+
+def _put_tree(tree: Tree, ix: torch.Tensor, sub: Tree) -> Tree:
+    """`tree` with rows `ix` replaced by `sub`, both padded to the wider node count (padding: parent -1)."""
+    n = max(tree.parents.shape[1], sub.parents.shape[1])
+    tree, sub = _pad(tree, n), _pad(sub, n)
+    for f in fields(Tree):
+        getattr(tree, f.name)[ix] = getattr(sub, f.name)
+    return tree
+
+
+def _pad(tree: Tree, n: int) -> Tree:
+    b, m, B = tree.states.shape
+    if m == n:
+        return tree
+    extra = n - m
+    states = torch.cat((tree.states, tree.states[:, :1].expand(b, extra, B)), 1)
+    none = tree.parents.new_full((b, extra), -1)
+    return Tree(states, torch.cat((tree.parents, none), 1), torch.cat((tree.positions, none), 1),
+                torch.cat((tree.tokens, none), 1), torch.cat((tree.depth, torch.zeros_like(none)), 1))

@@ -1,0 +1,102 @@
+"""Tiny random Hugging Face models for the HFTarget and integration tests (imported by them; not a test file).
+
+Weights are scaled so predictions are peaked and drafted trees are accepted; float64 so that exactness tests do
+not hinge on rounding."""
+
+import functools
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+VOCAB = 96
+MASK_ID = 95
+EOS_ID = 2
+PROMPTS = [[5, 9, 14, 20, 33], [7, 8], [3, 50, 60, 70, 80, 90, 11, 12, 13]]
+
+
+def config(arch: str, attn: str = "sdpa", **overrides):
+    shape = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False,
+                 eos_token_id=EOS_ID, pad_token_id=0)
+    shape.update(overrides)
+    cfg = Qwen3Config(head_dim=8, **shape) if arch == "qwen3" else LlamaConfig(**shape)
+    cfg._attn_implementation = attn
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def model(arch: str, attn: str = "sdpa", seed: int = 0, scale: float = 30.0, dtype=torch.float64):
+    """A tiny random causal LM (arch "qwen3" or "llama") whose LM head is scaled by `scale` (peaked predictions).
+    Cached: callers must not modify it."""
+    torch.manual_seed(seed)
+    cls = Qwen3ForCausalLM if arch == "qwen3" else LlamaForCausalLM
+    m = cls(config(arch, attn))
+    with torch.no_grad():
+        m.lm_head.weight.mul_(scale)
+    return m.to(dtype).eval()
+
+
+class IgnoresMask(torch.nn.Module):
+    """A model that drops the attention mask it is given (as some remote-code DLMs do)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+        return self.inner(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values,
+                          use_cache=use_cache)
+
+
+def save_tokenizer(directory, words=VOCAB):
+    """A word-level tokenizer over ids 0..words-1 ("<pad>", "<unk>", "</s>", "w3", ..., "<mask>" last), saved
+    with save_pretrained."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<unk>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, words - 1)}, "<mask>": words - 1}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="</s>")
+    fast.save_pretrained(directory)
+    return fast
+
+
+class LLaDA2StandIn(torch.nn.Module):
+    """A stand-in for LLaDA2's model as diffusers' LLaDA2Pipeline calls it: model(ids, attention_mask=<2D>,
+    position_ids=...) -> .logits, attending block-causally (a query sees the keys of its own block and of every
+    earlier one, among the valid ones of the 2D mask) and never predicting the mask token. Counts its calls."""
+
+    def __init__(self, inner, block_length: int, mask_id: int = MASK_ID):
+        super().__init__()
+        self.inner, self.config, self.block_length, self.mask_id = inner, inner.config, block_length, mask_id
+        self.calls = 0
+
+    @property
+    def device(self):  # diffusers pipelines ask their modules for it
+        return self.inner.device
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+        self.calls += 1
+        n = input_ids.shape[1]
+        block = torch.arange(n, device=input_ids.device) // self.block_length
+        visible = (block[None, :] <= block[:, None])[None, None]
+        if attention_mask is not None:
+            visible = visible & attention_mask.bool()[:, None, None, :]
+        visible = visible | torch.eye(n, dtype=torch.bool, device=input_ids.device)  # no empty row
+        out = self.inner(input_ids=input_ids, attention_mask=visible, position_ids=position_ids)
+        out.logits[..., self.mask_id] = float("-inf")
+        return out
+
+
+def wide_model(vocab: int = 40001, seed: int = 0):
+    """A tiny Llama over a vocabulary past int16's range, whose LM head favours the ids above 32768."""
+    torch.manual_seed(seed)
+    m = LlamaForCausalLM(config("llama", vocab_size=vocab, hidden_size=16, intermediate_size=32,
+                                num_hidden_layers=1)).eval()
+    with torch.no_grad():
+        m.lm_head.weight[2**15:] += 0.5 * m.lm_head.weight[2**15:].abs().mean() + 0.2
+    return m
