@@ -78,6 +78,35 @@ def test_bench_prompts_file_decodes_every_line_unless_num_prompts(tmp_path):
     assert default == [tok.encode(t) for t in held_out_prompts(BENCH_PROMPTS)]
 
 
+def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(monkeypatch):
+    """run_bench runs standard then every other method on one batch before the next batch (so a machine's changing
+    load falls on all methods alike), with each prompt's noise row its index in the whole list: the same tokens and
+    passes as decoding every prompt with one method at a time, oracle included."""
+    import spot.bench
+    from spot.bench import decode_all, run_bench
+
+    from tiny import PROMPTS, sharp_target
+
+    target = sharp_target()
+    calls = []
+    real = spot.bench.generate
+
+    def spy(target, prompts, method, **kw):
+        if kw.get("rows") is not None:
+            calls.append((method, list(kw["rows"])))
+        return real(target, prompts, method, **kw)
+
+    settings = dict(max_new_tokens=8, block_size=4, temperature=1.0, eos_id=None, budget=4, seed=3)
+    monkeypatch.setattr(spot.bench, "generate", spy)
+    report = run_bench(target, PROMPTS, ["confidence", "oracle"], batch_size=2, progress=False, **settings)
+    assert calls == [(m, rows) for rows in ([0, 1], [2, 3]) for m in ("standard", "confidence", "oracle")]
+    for method in ("standard", "confidence", "oracle"):
+        whole = decode_all(target, PROMPTS, method, batch_size=2, **settings)
+        r = report["methods"][method]
+        assert r["target_passes"] == whole["target_passes"] and r["exact_match_vs_standard"], method
+    assert report["methods"]["confidence"]["target_passes"] < report["methods"]["standard"]["target_passes"]
+
+
 def test_bench_budgets_writes_by_budget_and_plots(tmp_path, capsys):
     """--budgets runs standard once and every other method at each budget (by_budget in the JSON); --plot DIR
     writes the pass-reduction and commits-per-pass PNGs."""

@@ -29,22 +29,23 @@ def warm_up(target, prompt: list[int]) -> None:
 
 
 def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int = 1, drafter=None,
-               standard_orders=None, on_batch=None, **settings) -> dict:
+               standard_orders=None, on_batch=None, first_row: int = 0, **settings) -> dict:
     """Decode every prompt with `method`, `batch_size` prompts per call, and sum the statistics.
 
-    Noise rows follow the prompt index, never the batch, so every method sees the same noise. `standard_orders`
-    (the "orders" a standard run returned) lets `oracle` reuse the true order instead of re-deriving it.
+    Noise rows follow the prompt index (plus `first_row`, when `prompts` is a slice of a longer list), never the
+    batch, so every method sees the same noise. `standard_orders` (the "orders" a standard run returned) lets
+    `oracle` reuse the true order instead of re-deriving it.
     """
     _check_prompts_and_batch(prompts, batch_size)
-    totals = {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0,
-              "commits_per_pass": Counter(), "stage_seconds": Counter()}
+    totals = _empty_run()
     for index, start in enumerate(range(0, len(prompts), batch_size)):
         batch = prompts[start:start + batch_size]
         extra = {"drafter": drafter} if method == "spot" else {}
         if method == "oracle" and standard_orders is not None:
             extra = {"orders": standard_orders[index]}
         t0 = time.perf_counter()
-        out = generate(target, batch, method, rows=list(range(start, start + len(batch))), **extra, **settings)
+        rows = list(range(first_row + start, first_row + start + len(batch)))
+        out = generate(target, batch, method, rows=rows, **extra, **settings)
         totals["seconds"] += time.perf_counter() - t0
         totals["tokens"] += out.tokens
         totals["orders"].append(out.orders)
@@ -63,7 +64,11 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
 
     budgets: several tree budgets (each non-standard method runs at every one, standard once); the report then
     holds, besides "methods" (standard, and every method at the first budget), "by_budget": {budget: {method:
-    entry}}, and settings.budget is the first budget."""
+    entry}}, and settings.budget is the first budget.
+
+    The runs take turns batch by batch (standard, then every other method at every budget, on the first batch;
+    then on the next), so that a shared machine's changing load falls on every run alike and the wall-clock ratios
+    compare like with like; each run's figures are the sums over its batches."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
     budgets = list(budgets) if budgets else [settings.get("budget", 16)]
@@ -75,14 +80,21 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     warm_up(target, prompts[0])
     runs = [("standard", budgets[0])] + [(m, b) for b in budgets for m in methods[1:]]
     bar = tqdm(total=len(runs) * -(-len(prompts) // batch_size), desc="bench", disable=not progress, unit="batch")
-    standard = None
+    totals = {run: _empty_run() for run in runs}
+    for start in range(0, len(prompts), batch_size):
+        batch = prompts[start:start + batch_size]
+        for method, budget in runs:
+            bar.set_postfix(method=method, budget=budget)
+            standard = totals[runs[0]] if method != "standard" else None
+            run = decode_all(target, batch, method, batch_size=batch_size, drafter=drafter, first_row=start,
+                             standard_orders=standard["orders"][-1:] if standard else None,
+                             **{**settings, "budget": budget})
+            _add(totals[(method, budget)], run)
+            bar.update()
+    standard = totals[runs[0]]
     by_budget: dict[str, dict] = {str(b): {} for b in budgets}
     for method, budget in runs:
-        bar.set_postfix(method=method, budget=budget)
-        run = decode_all(target, prompts, method, batch_size=batch_size, drafter=drafter, on_batch=bar.update,
-                         standard_orders=standard["orders"] if standard else None, **{**settings, "budget": budget})
-        standard = standard or run
-        entry = _entry(run, standard)
+        entry = _entry(totals[(method, budget)], standard)
         if method == "standard" or budget == budgets[0]:
             report["methods"][method] = entry
         if method != "standard":
@@ -97,6 +109,19 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
         report["settings"]["budgets"] = budgets
         report["by_budget"] = by_budget
     return report
+
+
+def _empty_run() -> dict:
+    return {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0,
+            "commits_per_pass": Counter(), "stage_seconds": Counter()}
+
+
+def _add(total: dict, run: dict) -> None:
+    for key, value in run.items():
+        if isinstance(value, Counter):
+            total[key].update(value)  # keeps zero counts, unlike +=
+        else:
+            total[key] += value
 
 
 def _entry(run: dict, standard: dict) -> dict:

@@ -35,8 +35,9 @@ class DecodeStats:
     generated_tokens: int = 0
     seconds: float = 0.0
     commits_per_pass: Counter = field(default_factory=Counter)  # commits -> (row, pass) count
-    # wall seconds per stage: "draft" (tree growth + drafter), "target" (passes), "verify" (scoring + acceptance);
-    # host timers, so only meaningful on CPU or with synchronous CUDA (CUDA_LAUNCH_BLOCKING=1)
+    # wall seconds per stage: "draft" (tree growth + drafter), "target" (passes up to the LM head), "verify" (the
+    # LM head of the nodes scored, scoring + acceptance); host timers, so only meaningful on CPU or with
+    # synchronous CUDA (CUDA_LAUNCH_BLOCKING=1)
     stage_seconds: Counter = field(default_factory=Counter)
 
     @property
@@ -317,10 +318,13 @@ def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
-def _score_all_nodes(run: _Run, logits: NodeLogits, masked, tree: Tree, block_start, step) -> ScoreOutput:
-    """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation)."""
+def _score_all_nodes(run: _Run, logits: NodeLogits | torch.Tensor, masked, tree: Tree, block_start,
+                     step) -> ScoreOutput:
+    """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation). `logits`: a
+    pass's NodeLogits, or its logits [b, N, B, V] (the SGLang round passes its forward's)."""
     b, n = masked.shape[:2]
-    return spot_kernels.score(_without_mask_token(logits.full(), run.target.mask_id), masked, run.seed,
+    logits = logits.full() if isinstance(logits, NodeLogits) else logits
+    return spot_kernels.score(_without_mask_token(logits, run.target.mask_id), masked, run.seed,
                               run.rows[:, None].expand(b, n),
                               block_start[:, None].expand(b, n), step[:, None] + tree.depth, run.temperature,
                               confidence=run.confidence, top_k=run.top_k, backend=run.backend)

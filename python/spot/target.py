@@ -1,9 +1,10 @@
 """The target contract (docs/design.md §2.1) and its implementation for `BlockDiffusionLM`.
 
 A decoder sees a target only through a `Session`: one batch of sequences whose committed tokens live in a
-cached prefix, and one call, `score`, that runs ONE target pass over N candidate states of the current block.
-Every call of `score` is one target pass; finished blocks join the prefix inside the next pass (fused append),
-so prefill and appends cost no extra passes for any method.
+cached prefix, and one call, `score` (or `score_lazily`, the same pass with its logits produced per node on
+demand), that runs ONE target pass over N candidate states of the current block. Every such call is one pass;
+finished blocks join the prefix inside the next pass (fused append), so prefill and appends cost no extra passes
+for any method.
 """
 
 from __future__ import annotations
