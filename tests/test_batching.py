@@ -112,3 +112,16 @@ def test_max_batch_is_checked_and_lock_step_targets_refuse_it(target):
     hf = spot.HFTarget(hf_tiny.model("qwen3"), mask_id=hf_tiny.MASK_ID)
     with pytest.raises(ValueError, match="lock-step"):
         generate(hf, hf_tiny.PROMPTS, "standard", max_new_tokens=4, block_size=4, max_batch=2)
+
+
+def test_a_rows_float32_logits_do_not_depend_on_its_left_padding():
+    """Per-row progress moves a row's keys in the cache from pass to pass: its float32 logits must not change with
+    where they sit (on a CPU each row reads its keys from its first real one)."""
+    target = sharp_target(dtype=torch.float32)
+    prompt = [5, 9, 14, 20, 33, 40, 41]
+    node = torch.full((1, 1, 8), target.mask_id, dtype=torch.long)
+    node[0, 0, :3] = torch.tensor([3, 4, 5])
+    alone = target.start([prompt], 8, 8).score(node)[0]
+    for extra in range(1, 40):
+        session = target.start([prompt, [6] * (len(prompt) + extra)], 8, 8)
+        assert torch.equal(session.score(node.expand(2, 1, 8).contiguous())[0], alone), extra

@@ -272,16 +272,32 @@ class Attention(nn.Module):
         b, hq, q, hd = qh.shape
         n, B = tree.num_nodes, tree.block_size
         prefix = keys.shape[2] - n * B
+        triton_path = _KERNELS.get() == "triton"
+        # On a CPU each row reads its keys from its first real one: vectorised reductions group a row's keys by
+        # their index, so a row's float32 results would otherwise change with its left padding, i.e. with the
+        # other rows of the batch and, under per-row progress, with the pass schedule (docs/half_precision.md).
+        own_rows = qh.device.type == "cpu" and not triton_path
+        starts = tree.key_start.tolist() if own_rows else None
         parts = []
         if num_new:
             groups = hq // keys.shape[1]
-            parts.append(F.scaled_dot_product_attention(
-                qh[:, :, :num_new], keys[:, :, :prefix].repeat_interleave(groups, dim=1),
-                values[:, :, :prefix].repeat_interleave(groups, dim=1), attn_mask=mask[:, :, :num_new, :prefix]))
+            k_new, v_new = keys[:, :, :prefix].repeat_interleave(groups, dim=1), \
+                values[:, :, :prefix].repeat_interleave(groups, dim=1)
+            if own_rows:
+                out = qh.new_zeros((b, hq, num_new, hd))  # padding queries stay 0 (nothing reads them)
+                for r, ks in enumerate(starts):
+                    first = max(0, ks - (prefix - num_new))  # the row's first real new token
+                    if first < num_new:
+                        out[r, :, first:] = F.scaled_dot_product_attention(
+                            qh[r:r + 1, :, first:num_new], k_new[r:r + 1, :, ks:], v_new[r:r + 1, :, ks:],
+                            attn_mask=mask[r:r + 1, :, first:num_new, ks:prefix])[0]
+                parts.append(out)
+            else:
+                parts.append(F.scaled_dot_product_attention(qh[:, :, :num_new], k_new, v_new,
+                                                            attn_mask=mask[:, :, :num_new, :prefix]))
         q_nodes = qh[:, :, num_new:].reshape(b, hq, n, B, hd)
         k_nodes, v_nodes = keys[:, :, prefix:].unflatten(2, (n, B)), values[:, :, prefix:].unflatten(2, (n, B))
         padded = n
-        triton_path = _KERNELS.get() == "triton"
         if qh.device.type == "cpu" and not triton_path:
             # The op multiplies the n * B query rows of a head at once: pad with all-zero nodes (they see only
             # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads.
@@ -298,6 +314,11 @@ class Attention(nn.Module):
             nodes = torch.cat([spot_kernels.tree_attention(q_nodes[:, :, j:j + 1], k_prefix, v_prefix,
                                                            k_nodes[:, :, j:j + 1], v_nodes[:, :, j:j + 1],
                                                            tree.key_start, backend="triton") for j in range(n)], dim=2)
+        elif own_rows:
+            zero = tree.key_start.new_zeros(1)
+            nodes = torch.cat([spot_kernels.tree_attention(q_nodes[r:r + 1], k_prefix[r:r + 1, :, ks:],
+                                                           v_prefix[r:r + 1, :, ks:], k_nodes[r:r + 1],
+                                                           v_nodes[r:r + 1], zero) for r, ks in enumerate(starts)])
         else:
             nodes = spot_kernels.tree_attention(q_nodes, k_prefix, v_prefix, k_nodes, v_nodes, tree.key_start,
                                                 backend="triton" if triton_path else "auto")
