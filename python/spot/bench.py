@@ -59,24 +59,33 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
 
 def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
               **settings) -> dict:
-    """Run `methods` (standard always first, it is the reference) and return the JSON-ready report."""
+    """Run `methods` (standard always first, it is the reference) and return the JSON-ready report.
+
+    `drafter`: the drafter of method "spot", or a dict {name: drafter} of several: "spot" then runs once per
+    drafter, reported as "spot[name]" (one process, the same prompts and seeds: a drafter comparison)."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
+    runs = []  # (report name, method, drafter)
+    for m in methods:
+        if m == "spot" and isinstance(drafter, dict):
+            runs += [(f"spot[{name}]", m, d) for name, d in drafter.items()]
+        else:
+            runs.append((m, m, drafter if m == "spot" else None))
     report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
                            "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
     warm_up(target, prompts[0])
-    bar = tqdm(total=len(methods) * -(-len(prompts) // batch_size), desc="bench", disable=not progress,
+    bar = tqdm(total=len(runs) * -(-len(prompts) // batch_size), desc="bench", disable=not progress,
                unit="batch")
     standard = None
-    for method in methods:
-        bar.set_postfix(method=method)
-        run = decode_all(target, prompts, method, batch_size=batch_size, drafter=drafter, on_batch=bar.update,
+    for name, method, run_drafter in runs:
+        bar.set_postfix(method=name)
+        run = decode_all(target, prompts, method, batch_size=batch_size, drafter=run_drafter, on_batch=bar.update,
                          standard_orders=standard["orders"] if standard else None, **settings)
         standard = standard or run
         passes, generated, seconds = run["target_passes"], run["generated_tokens"], run["seconds"]
-        report["methods"][method] = {
+        report["methods"][name] = {
             "target_passes": passes,
             "generated_tokens": generated,
             "passes_per_token": passes / generated if generated else None,
@@ -96,10 +105,11 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'method':<11} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} {'tok/s':>9} "
+    w = max(11, *(len(name) for name in report["methods"]))
+    lines = [f"{'method':<{w}} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} {'tok/s':>9} "
              f"{'speedup':>8} exact"]
     for name, r in report["methods"].items():
-        lines.append(f"{name:<11} {r['target_passes']:>7} {r['generated_tokens']:>7} "
+        lines.append(f"{name:<{w}} {r['target_passes']:>7} {r['generated_tokens']:>7} "
                      f"{r['passes_per_token'] or float('nan'):>9.4f} {r['pass_reduction_vs_standard'] or 0:>8.2f}x "
                      f"{r['tokens_per_second'] or 0:>9.1f} {r['speedup_vs_standard'] or 0:>7.2f}x "
                      f"{r['exact_match_vs_standard']}")

@@ -43,7 +43,8 @@ def target_from_args(a):
 
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default="default",
-                   help="order drafter of method spot: 'default' (shipped) or a directory from `spot build drafter`")
+                   help="order drafter of method spot: 'default' or 'portable' (shipped) or a directory from "
+                        "`spot build drafter`; `bench` takes several, comma-separated (spot runs once per drafter)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -117,6 +118,13 @@ def _drafter(methods, a):
     if "spot" not in methods:
         return None
     from . import load_drafter
+    names = [n.strip() for n in a.drafter.split(",") if n.strip()]
+    if len(names) > 1:
+        if a.command != "bench":
+            raise SystemExit("--drafter: several drafters are for `spot bench`; give one")
+        if len(set(names)) < len(names):
+            raise SystemExit(f"--drafter: {a.drafter!r} names a drafter twice")
+        return {name: load_drafter(name, device=a.device) for name in names}
     return load_drafter(a.drafter, device=a.device)
 
 
@@ -213,10 +221,14 @@ def cmd_bench(a) -> int:
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
+    report["settings"]["assert_exact"] = a.assert_exact
     print(format_report(report))
     if a.json:
         write_json(report, a.json)
         print(f"wrote {a.json}")
+    inexact = [name for name, r in report["methods"].items() if not r["exact_match_vs_standard"]]
+    if a.assert_exact and inexact:
+        raise SystemExit(f"--assert-exact: {', '.join(inexact)} decoded other tokens than standard")
     return 0
 
 
@@ -238,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-size", type=int, default=1)
     b.add_argument("--json", help="write the report here")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
+    b.add_argument("--assert-exact", action="store_true",
+                   help="fail (after writing --json) unless every method's tokens equal standard's")
     b.set_defaults(func=cmd_bench)
     sub.add_parser("build", add_help=False, help="the offline pipeline: `spot build --help`")
     return parser
