@@ -99,7 +99,7 @@ setup(
     packages=find_packages(include=["spot_kernels", "spot_kernels.*"])
     + find_packages(where="python", include=["spot", "spot.*"]),
     package_dir={"spot_kernels": "spot_kernels", "spot": "python/spot"},
-    package_data={"spot": ["weights/*", "assets/*", "build/*.toml"]},
+    package_data={"spot": ["weights/*", "weights/*/*", "assets/*", "build/*.toml"]},
     include_package_data=True,
     ext_modules=ext_modules,
     cmdclass=cmdclass,

@@ -10,6 +10,7 @@ import spot_kernels
 import torch
 import torch.nn.functional as F
 from spot.order_model import (
+    SHIPPED_DRAFTERS,
     LearnedDrafter,
     OrderModel,
     OrderModelConfig,
@@ -17,8 +18,10 @@ from spot.order_model import (
     order_features,
     resampled_confidence,
     save_order_model,
+    token_bucket_counts,
     with_resampled_inputs,
     with_token_inputs,
+    without_token_inputs,
 )
 
 from tiny import SMALL, ResampledOrder, StateBlindTarget, random_inputs, sharp_target, small_model
@@ -160,7 +163,7 @@ def test_load_drafter_and_position_logits(tmp_path, monkeypatch):
     other = drafter.position_logits(stale, node_masked, torch.tensor([1, 0, 0, 2, 2]), depth)
     assert not torch.equal(other, got)
 
-    monkeypatch.setattr(spot, "ORDER_WEIGHTS", tmp_path)  # "default" reads the package's weights directory
+    monkeypatch.setitem(SHIPPED_DRAFTERS, "default", tmp_path)  # "default" reads the package's weights directory
     with torch.no_grad():
         assert torch.equal(spot.load_drafter("default").model(*random_inputs(2, 8)), model(*random_inputs(2, 8)))
 
@@ -168,7 +171,7 @@ def test_load_drafter_and_position_logits(tmp_path, monkeypatch):
 def test_load_drafter_missing(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="drafter"):
         spot.load_drafter(str(tmp_path))
-    monkeypatch.setattr(spot, "ORDER_WEIGHTS", tmp_path / "nowhere")
+    monkeypatch.setitem(SHIPPED_DRAFTERS, "default", tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError):
         spot.load_drafter("default")
 
@@ -272,6 +275,30 @@ def test_token_inputs_widen_a_drafter_and_read_the_stale_top1_ids():
         want = wide(inputs[0][rows], inputs[1][rows], inputs[2][rows], inputs[3][rows], inputs[4][rows], None,
                     topk_ids[rows, :, 0])
     assert torch.equal(got, want)
+
+
+def test_dropping_token_inputs_folds_their_weighted_mean_into_the_bias():
+    """without_token_inputs (how the portable drafter starts from a token-bucket one): the narrowed model reads no
+    ids and computes what the wide one computes when every position's id falls in a bucket the weights single out
+    (or, uniformly weighted, when every bucket embeds alike)."""
+    wide = with_token_inputs(small_model(3), buckets=16)
+    torch.nn.init.normal_(wide.tok_proj.weight, generator=torch.Generator().manual_seed(4))
+    torch.nn.init.normal_(wide.tok.weight, generator=torch.Generator().manual_seed(5))
+    inputs = random_inputs(5, 16, seed=2)
+    weights = torch.zeros(16)
+    weights[6] = 3.0  # bucket 6 = token id 5
+    narrow = without_token_inputs(wide, weights)
+    assert narrow.cfg.token_buckets == 0 and not any(k.startswith("tok") for k in narrow.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(narrow(*inputs), wide(*inputs, None, torch.full((5, 16), 5)))
+        wide.tok.weight[:] = wide.tok.weight[0]
+        any_ids = torch.randint(-1, 40, (5, 16))
+        torch.testing.assert_close(without_token_inputs(wide)(*inputs), wide(*inputs, None, any_ids))
+    assert torch.equal(token_bucket_counts(torch.tensor([[-1, 0, 0], [14, 99, 3]]), 16),
+                       torch.tensor([1., 2, 0, 0, 1] + [0.] * 10 + [2]))
+    with pytest.raises(ValueError, match="bucket_weights"):
+        without_token_inputs(wide, torch.zeros(16))
+    assert without_token_inputs(narrow) is narrow
 
 
 @pytest.fixture(scope="module")

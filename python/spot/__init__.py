@@ -4,22 +4,21 @@ Read from `generate` down: decode.py (the loop) -> tree.py (draft trees) -> draf
 -> target.py (the target contract) -> model.py (the embedded transformer) -> spot_kernels (the ops).
 """
 
-from pathlib import Path
-
 from .decode import METHODS, DecodeStats, GenerateOutput, generate
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .hf import HFTarget
 from .loading import load_model, load_target, save_model
 from .model import BlockDiffusionLM, ModelConfig
-from .order_model import WEIGHTS_DIR as ORDER_WEIGHTS
-from .order_model import LearnedDrafter, OrderModel, OrderModelConfig, load_order_model
+from .order_model import LearnedDrafter, OrderModel, OrderModelConfig, drafter_directory, load_order_model
 from .target import ModelTarget, Session, Target
 
 
 def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter:
     """The learned order drafter for method="spot": "default" is the one shipped for the embedded target (built by
-    `spot build collect` + `spot build drafter`); otherwise a directory holding drafter.safetensors + drafter.json."""
-    directory = ORDER_WEIGHTS if name == "default" else Path(name)
+    `spot build collect` + `spot build drafter`; it reads token ids, so it runs on that vocabulary only);
+    "portable" is the shipped one that reads no token ids (any target, blocks up to 64, docs/drafter.md);
+    otherwise a directory holding drafter.safetensors + drafter.json."""
+    directory = drafter_directory(name)
     if not (directory / "drafter.safetensors").is_file():
         raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot build drafter`")
     return LearnedDrafter(load_order_model(directory).to(device))

@@ -62,6 +62,8 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
               budgets=None, **settings) -> dict:
     """Run `methods` (standard always first, it is the reference) and return the JSON-ready report.
 
+    drafter: the drafter of method "spot", or a dict {name: drafter} of several: "spot" then runs once per
+    drafter, reported as "spot[name]" (one process, the same prompts and seeds: a drafter comparison).
     budgets: several tree budgets (each non-standard method runs at every one, standard once); the report then
     holds, besides "methods" (standard, and every method at the first budget), "by_budget": {budget: {method:
     entry}}, and settings.budget is the first budget.
@@ -78,27 +80,33 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
     warm_up(target, prompts[0])
-    runs = [("standard", budgets[0])] + [(m, b) for b in budgets for m in methods[1:]]
+    variants = []  # (report name, method, drafter)
+    for m in methods[1:]:
+        if m == "spot" and isinstance(drafter, dict):
+            variants += [(f"spot[{name}]", m, d) for name, d in drafter.items()]
+        else:
+            variants.append((m, m, drafter if m == "spot" else None))
+    runs = [("standard", "standard", None, budgets[0])] + [(n, m, d, b) for b in budgets for n, m, d in variants]
     bar = tqdm(total=len(runs) * -(-len(prompts) // batch_size), desc="bench", disable=not progress, unit="batch")
-    totals = {run: _empty_run() for run in runs}
+    totals = {(name, budget): _empty_run() for name, _, _, budget in runs}
     for start in range(0, len(prompts), batch_size):
         batch = prompts[start:start + batch_size]
-        for method, budget in runs:
-            bar.set_postfix(method=method, budget=budget)
-            standard = totals[runs[0]] if method != "standard" else None
-            run = decode_all(target, batch, method, batch_size=batch_size, drafter=drafter, first_row=start,
+        for name, method, run_drafter, budget in runs:
+            bar.set_postfix(method=name, budget=budget)
+            standard = totals[("standard", budgets[0])] if method != "standard" else None
+            run = decode_all(target, batch, method, batch_size=batch_size, drafter=run_drafter, first_row=start,
                              standard_orders=standard["orders"][-1:] if standard else None,
                              **{**settings, "budget": budget})
-            _add(totals[(method, budget)], run)
+            _add(totals[(name, budget)], run)
             bar.update()
-    standard = totals[runs[0]]
+    standard = totals[("standard", budgets[0])]
     by_budget: dict[str, dict] = {str(b): {} for b in budgets}
-    for method, budget in runs:
-        entry = _entry(totals[(method, budget)], standard)
+    for name, method, _, budget in runs:
+        entry = _entry(totals[(name, budget)], standard)
         if method == "standard" or budget == budgets[0]:
-            report["methods"][method] = entry
+            report["methods"][name] = entry
         if method != "standard":
-            by_budget[str(budget)][method] = entry
+            by_budget[str(budget)][name] = entry
     bar.close()
     base = report["methods"]["standard"]
     for r in [*report["methods"].values(), *(e for t in by_budget.values() for e in t.values())]:
@@ -139,14 +147,15 @@ def _entry(run: dict, standard: dict) -> dict:
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{'method':<11} {'budget':>6} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} "
+    w = max(11, *(len(name) for name in report["methods"]))
+    lines = [f"{'method':<{w}} {'budget':>6} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} "
              f"{'tok/s':>9} {'speedup':>8} exact"]
     budget = report["settings"].get("budget")
     rows = [(name, "" if name == "standard" else budget, r) for name, r in report["methods"].items()]
     for b, table in list(report.get("by_budget", {}).items())[1:]:
         rows += [(name, b, r) for name, r in table.items()]
     for name, b, r in rows:
-        lines.append(f"{name:<11} {b:>6} {r['target_passes']:>7} {r['generated_tokens']:>7} "
+        lines.append(f"{name:<{w}} {b:>6} {r['target_passes']:>7} {r['generated_tokens']:>7} "
                      f"{r['passes_per_token'] or float('nan'):>9.4f} {r['pass_reduction_vs_standard'] or 0:>8.2f}x "
                      f"{r['tokens_per_second'] or 0:>9.1f} {r['speedup_vs_standard'] or 0:>7.2f}x "
                      f"{r['exact_match_vs_standard']}")

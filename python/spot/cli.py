@@ -43,7 +43,8 @@ def target_from_args(a):
 
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default="default",
-                   help="order drafter of method spot: 'default' (shipped) or a directory from `spot build drafter`")
+                   help="order drafter of method spot: 'default' or 'portable' (shipped) or a directory from "
+                        "`spot build drafter`; `bench` takes several, comma-separated (spot runs once per drafter)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -118,6 +119,13 @@ def _drafter(methods, a):
     if "spot" not in methods:
         return None
     from . import load_drafter
+    names = [n.strip() for n in a.drafter.split(",") if n.strip()]
+    if len(names) > 1:
+        if a.command != "bench":
+            raise SystemExit("--drafter: several drafters are for `spot bench`; give one")
+        if len(set(names)) < len(names):
+            raise SystemExit(f"--drafter: {a.drafter!r} names a drafter twice")
+        return {name: load_drafter(name, device=a.device) for name in names}
     return load_drafter(a.drafter, device=a.device)
 
 
@@ -243,6 +251,7 @@ def cmd_bench(a) -> int:
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
+    report["settings"]["assert_exact"] = a.assert_exact
     print(format_report(report))
     if a.json:
         write_json(report, a.json)
@@ -252,6 +261,9 @@ def cmd_bench(a) -> int:
 
         for path in bench_plots(report, a.plot):
             print(f"wrote {path}")
+    inexact = [name for name, r in report["methods"].items() if not r["exact_match_vs_standard"]]
+    if a.assert_exact and inexact:
+        raise SystemExit(f"--assert-exact: {', '.join(inexact)} decoded other tokens than standard")
     return 0
 
 
@@ -375,6 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--budgets", help="comma-separated tree budgets: every method but standard runs at each "
                    "(replaces --budget; the JSON gains by_budget)")
     b.add_argument("--plot", metavar="DIR", help="write pass_reduction.png and commits_per_pass.png into DIR")
+    b.add_argument("--assert-exact", action="store_true",
+                   help="fail (after writing --json) unless every method's tokens equal standard's")
     b.set_defaults(func=cmd_bench)
     p = sub.add_parser("project", help="GPU roofline projection of a benchmark's speed-up (not a measurement)")
     p.add_argument("inputs", nargs="+", help="`spot bench --json` reports and/or bench/budget_curve.py JSON files "

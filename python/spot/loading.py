@@ -20,6 +20,9 @@ from .model import BlockDiffusionLM, ModelConfig
 from .target import ModelTarget, memory_limit_bytes
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
+# the targets shipped in the package, by name: "default" is the embedded target; "target2" an independently
+# trained second one (another seed and shape, the same tokenizer), the test bed for drafter transfer
+SHIPPED_TARGETS = {"default": WEIGHTS_DIR, "target2": WEIGHTS_DIR / "target2"}
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -188,7 +191,8 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
                 config: ModelConfig | None = None, **hf_options):
     """Return a target ready for `spot.generate`.
 
-    name: "default" (the embedded trained model shipped in the package), "random" (random weights from `seed`,
+    name: "default" (the embedded trained model shipped in the package), "target2" (a second embedded model, another
+    seed and shape: docs/model_card.md), "random" (random weights from `seed`,
     shaped by `config`, for tests and benchmarks), a directory holding target.safetensors + target.json, or a
     Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;
     `hf_options` (layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift, attn_implementation) go to
@@ -200,7 +204,7 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
         if dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {sorted(DTYPES)}, got {dtype!r}")
         dtype = DTYPES[dtype]
-    if name not in ("default", "random") and Path(name).is_dir() and not (Path(name) / "target.json").is_file() \
+    if name not in (*SHIPPED_TARGETS, "random") and Path(name).is_dir() and not (Path(name) / "target.json").is_file() \
             and (Path(name) / "config.json").is_file():
         from .hf import load_hf_target
         return load_hf_target(name, dtype=dtype, device=device, **hf_options)
@@ -215,14 +219,15 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = BlockDiffusionLM(cfg)
-    elif name == "default":
-        if not embedded_target_available():
-            raise FileNotFoundError(f"no embedded target weights in {WEIGHTS_DIR}; train them with `spot build target`")
-        model = load_model(WEIGHTS_DIR)
+    elif name in SHIPPED_TARGETS:
+        if not (SHIPPED_TARGETS[name] / "target.safetensors").is_file():
+            raise FileNotFoundError(f"no embedded target weights in {SHIPPED_TARGETS[name]}; train them with "
+                                    "`spot build target`")
+        model = load_model(SHIPPED_TARGETS[name])
     elif Path(name).is_dir():
         model = load_model(name)
     else:
-        raise ValueError(f"name: expected 'default', 'random' or a weights directory, got {name!r}")
+        raise ValueError(f"name: expected 'default', 'target2', 'random' or a weights directory, got {name!r}")
     if tokenizer is not None and tokenizer.vocab_size != model.cfg.vocab_size:
         tokenizer = None  # a model of another vocabulary has no text interface
     return ModelTarget(model.to(device=device, dtype=dtype), tokenizer)

@@ -250,6 +250,30 @@ def with_token_inputs(model: OrderModel, buckets: int = 1024) -> OrderModel:
     return wide.train(model.training)
 
 
+def without_token_inputs(model: OrderModel, bucket_weights: torch.Tensor | None = None) -> OrderModel:
+    """A copy of `model` that reads no token ids (a portable drafter, for any vocabulary): the token embedding is
+    dropped and its average contribution, over the buckets weighted by `bucket_weights` [token_buckets] (how often
+    each bucket is some position's stale top-1; uniform if None), folded into the input projection's bias."""
+    if not model.cfg.token_buckets:
+        return model
+    narrow = OrderModel(replace(model.cfg, token_buckets=0, vocab_size=0))
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("tok")}
+    with torch.no_grad():
+        w = torch.ones(model.cfg.token_buckets) if bucket_weights is None else bucket_weights.float()
+        if w.shape != (model.cfg.token_buckets,) or not bool((w >= 0).all()) or float(w.sum()) <= 0:
+            raise ValueError(f"bucket_weights: expected {model.cfg.token_buckets} non-negative weights, not all zero")
+        mean = (w / w.sum()) @ model.tok_proj(model.tok.weight)  # [d_model]
+        state["inp.bias"] = state["inp.bias"] + mean
+    narrow.load_state_dict(state)
+    return narrow.train(model.training)
+
+
+def token_bucket_counts(top_ids: torch.Tensor, buckets: int) -> torch.Tensor:
+    """How often each token bucket occurs among stale top-1 ids `top_ids` (any shape; -1 = none), as
+    `OrderModel.forward` buckets them."""
+    return torch.bincount((top_ids.long().flatten() + 1).clamp(0, buckets - 1), minlength=buckets).float()
+
+
 def save_order_model(model: OrderModel, directory, name: str = "drafter", extra: dict | None = None) -> None:
     save_weights(model, directory, name, {"config": asdict(model.cfg), **(extra or {})})
 
@@ -266,6 +290,16 @@ def check_order_config(meta, path) -> OrderModelConfig:
     if cfg.d_model % cfg.n_heads:
         raise ValueError(f"{path}: config field 'n_heads' ({cfg.n_heads}) must divide d_model ({cfg.d_model})")
     return cfg
+
+
+# the drafters shipped in the package, by name: "default" reads token ids (the embedded target's vocabulary only),
+# "portable" reads none (any target with blocks up to 64)
+SHIPPED_DRAFTERS = {"default": WEIGHTS_DIR, "portable": WEIGHTS_DIR / "portable"}
+
+
+def drafter_directory(name) -> Path:
+    """The folder of drafter `name`: a shipped one ("default", "portable") or a directory path."""
+    return SHIPPED_DRAFTERS.get(str(name), Path(name))
 
 
 def load_order_model(directory=WEIGHTS_DIR, name: str = "drafter") -> OrderModel:

@@ -173,10 +173,10 @@ def _load_trajectories(a) -> list:
 
 
 def cmd_evaluate(a) -> int:
-    from ..order_model import load_order_model
+    from ..order_model import drafter_directory, load_order_model
     from .train_drafter import evaluate, format_evaluation
 
-    model = load_order_model() if a.drafter == "default" else load_order_model(a.drafter)
+    model = load_order_model(drafter_directory(a.drafter))
     heldout = a.split == "heldout"
     for shard in _load_trajectories(a):
         ev = evaluate(model, shard, heldout=heldout)
@@ -185,16 +185,26 @@ def cmd_evaluate(a) -> int:
 
 
 def cmd_drafter(a) -> int:
-    from ..order_model import OrderModelConfig, load_order_model, with_resampled_inputs, with_token_inputs
+    from ..order_model import (OrderModelConfig, drafter_directory, load_order_model, token_bucket_counts,
+                               with_resampled_inputs, with_token_inputs, without_token_inputs)
+    import torch
+
     from .train_drafter import DrafterTrainConfig, train_drafter
 
     out = _output(a.out, a)
+    if a.portable and a.token_buckets:
+        raise SystemExit("--portable: a portable drafter reads no token ids; drop --token-buckets")
     shards = _load_trajectories(a)
     cfg = DrafterTrainConfig(steps=a.steps, batch_size=a.batch_size, lr=a.lr, max_depth=a.max_depth,
                              heldout_every=a.heldout_every, eval_every=a.eval_every, seed=a.seed,
                              soft_weight=a.soft_weight, soft_temperature=a.soft_temperature,
                              checkpoint_every=a.checkpoint_every)
-    init = load_order_model(a.init) if a.init else None
+    init = load_order_model(drafter_directory(a.init)) if a.init else None
+    if init is not None and a.portable and init.cfg.token_buckets:
+        # start from what the init drafter computes on these trajectories' tokens on average, then learn without ids
+        counts = [token_bucket_counts(s.top1_ids, init.cfg.token_buckets) for s in shards if s.top1_ids is not None]
+        init = without_token_inputs(init, torch.stack(counts).sum(0) if counts else None)
+        print(f"--portable: dropped the token inputs of {a.init}")
     if init is not None and a.resampled:
         init = with_resampled_inputs(init)
     if init is not None and a.token_buckets:
@@ -310,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=str(CACHE / "drafter"),
                    help="where the weights go (and the checkpoints: the same command again resumes an interrupted run)")
     s.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
-    s.add_argument("--init", help="continue from the drafter in this directory")
+    s.add_argument("--init", help="continue from this drafter: a directory, or 'default' / 'portable' (shipped)")
     s.add_argument("--steps", type=int, default=3000)
     s.add_argument("--batch-size", type=int, default=256)
     s.add_argument("--lr", type=float, default=2e-3)
@@ -328,12 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--token-buckets", type=int, default=0,
                    help="> 0: the drafter also reads an embedding of each position's stale top-1 token id, ids past "
                         "this many buckets sharing one (with --init: widens that drafter's inputs)")
+    s.add_argument("--portable", action="store_true",
+                   help="a drafter that reads no token ids, for any vocabulary (with --init of a token-bucket "
+                        "drafter: drops its token inputs, folding their average over these trajectories into a bias)")
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(func=cmd_drafter)
 
     s = sub.add_parser("evaluate", help="next-commit accuracy of a drafter on collected trajectories")
     s.add_argument("--drafter", default=str(CACHE / "drafter"),
-                   help="drafter directory (default: the --out of `spot build drafter`; 'default': the shipped one)")
+                   help="drafter directory (default: the --out of `spot build drafter`; 'default', 'portable': the "
+                        "shipped ones)")
     s.add_argument("--data", default=str(CACHE / "trajectories"), help=data_help)
     s.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
     s.add_argument("--heldout-every", type=int, default=8)
