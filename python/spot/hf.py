@@ -74,6 +74,10 @@ class HFTarget(Target):
         self.mask_id, self.eos_id = mask_id, eos_id
         self.pad_id = mask_id if pad_id is None else pad_id
         self._checked = not self_check
+        # What the forward takes is read once, not on every pass: transformers >= 5.24 names the cache `cache`
+        # (earlier versions `past_key_values`), and `logits_to_keep` spares the LM head the prefix rows.
+        self._cache_kwarg = "cache" if _accepts(model, "cache") else "past_key_values"
+        self._keeps_logits = _accepts(model, "logits_to_keep")
 
     @property
     def device(self) -> torch.device:
@@ -106,9 +110,9 @@ class HFTarget(Target):
     def forward(self, ids, visible, positions, cache=None, keep: int = 0) -> torch.Tensor:
         """Logits [rows, keep or all, V] of one model call; `visible` is the bool mask [rows, 1, Q, K]."""
         kwargs = dict(attention_mask=self.mask(visible), position_ids=positions, use_cache=cache is not None)
-        if cache is not None:  # transformers >= 5.24 names it `cache`, earlier versions `past_key_values`
-            kwargs["cache" if _accepts(self.model, "cache") else "past_key_values"] = cache
-        if keep and _accepts(self.model, "logits_to_keep"):
+        if cache is not None:
+            kwargs[self._cache_kwarg] = cache
+        if keep and self._keeps_logits:
             kwargs["logits_to_keep"] = keep
         out = self.model(input_ids=ids, **kwargs)
         logits = out.logits if hasattr(out, "logits") else out[0]
