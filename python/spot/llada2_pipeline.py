@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from .decode import generate
+from .hf import _vocab_size
 from .target import Session, Target
 
 try:
@@ -113,8 +114,7 @@ class _WindowTarget(Target):
     def __init__(self, model, x, valid, first_block: int, mask_id: int):
         self.model, self.x, self.valid, self.first_block = model, x, valid, first_block
         self.mask_id, self.eos_id, self.device = mask_id, None, x.device
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0]) \
-            if hasattr(model, "get_output_embeddings") else int(model.config.vocab_size)
+        self.vocab_size = _vocab_size(model)
 
     def start(self, prompts, max_new_tokens, block_size) -> Session:
         return _WindowSession(self, block_size)
