@@ -6,7 +6,8 @@ undone (or all of them), on the same prompts and seeds.
 
 Savings (docs/CHANGELOG.md): `mask` (the session builds only the mask block the model reads, not the dense
 [b, 1, Q, K] tree mask), `head` (the LM head projects only the nodes the scorer reaches, not every node),
-`drafter` (the drafter's stale-only inputs once per pass, not once per depth and node). Variants run interleaved,
+`drafter` (the drafter's stale-only inputs once per pass, not once per depth and node), `prune` (the drafter is
+asked only for frontier nodes with a child that could still be kept). Variants run interleaved,
 `--repeats` rounds, so that drift on a shared machine falls on all alike; reported per budget and variant: seconds
 (CPU time of the process, summed over rounds: less sensitive than wall clock to other jobs on the machine), its
 ratio to the current decoder's, stage seconds (wall clock), passes, and whether the tokens equal the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import time
 from collections import Counter
@@ -25,6 +27,7 @@ import spot_kernels
 import torch
 
 import spot
+import spot.decode
 from spot.order_model import LearnedDrafter, OrderModel
 from spot.prompts import held_out_prompts
 from spot.target import ModelSession, NodeLogits
@@ -56,6 +59,18 @@ def dense_mask():
 
 
 @contextlib.contextmanager
+def every_frontier_node():
+    """The tree grows by asking the drafter for every frontier node, as before, even those none of whose children
+    could be kept (the same tree)."""
+    real = spot.decode.grow_tree
+    spot.decode.grow_tree = functools.partial(real, prune=False)
+    try:
+        yield
+    finally:
+        spot.decode.grow_tree = real
+
+
+@contextlib.contextmanager
 def full_head():
     """The LM head projects every node of the pass, as before."""
     real = ModelSession.score_lazily
@@ -79,7 +94,7 @@ def per_node_drafter(drafter: LearnedDrafter) -> LearnedDrafter:
     return LearnedDrafter(model)
 
 
-VARIANTS = ("current", "mask", "head", "drafter", "all")  # "mask": that saving undone; "all": every one undone
+VARIANTS = ("current", "mask", "head", "drafter", "prune", "all")  # "mask": that saving undone; "all": every one undone
 
 
 def run(target, drafter, old_drafter, prompt, row, variant, settings):
@@ -89,6 +104,8 @@ def run(target, drafter, old_drafter, prompt, row, variant, settings):
             stack.enter_context(dense_mask())
         if variant in ("head", "all"):
             stack.enter_context(full_head())
+        if variant in ("prune", "all"):
+            stack.enter_context(every_frontier_node())
         d = old_drafter if variant in ("drafter", "all") else drafter
         t0 = time.process_time()
         out = spot.generate(target, [prompt], "spot", drafter=d, rows=[row], **settings)

@@ -5,7 +5,7 @@ import json
 from spot.cli import main
 
 FIELDS = {"target_passes", "generated_tokens", "passes_per_token", "seconds", "tokens_per_second",
-          "exact_match_vs_standard", "commits_per_pass"}
+          "exact_match_vs_standard", "commits_per_pass", "cpu_seconds", "cpu_speedup_vs_standard"}
 
 
 def test_bench_json_on_random_model(tmp_path, capsys):
@@ -79,9 +79,10 @@ def test_bench_prompts_file_decodes_every_line_unless_num_prompts(tmp_path):
 
 
 def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(monkeypatch):
-    """run_bench runs standard then every other method on one batch before the next batch (so a machine's changing
-    load falls on all methods alike), with each prompt's noise row its index in the whole list: the same tokens and
-    passes as decoding every prompt with one method at a time, oracle included."""
+    """run_bench runs every method on one batch before the next batch (so a machine's changing load falls on all
+    methods alike; standard first while oracle needs its orders, else every other batch in reverse order), with
+    each prompt's noise row its index in the whole list: the same tokens and passes as decoding every prompt with
+    one method at a time, oracle included."""
     import spot.bench
     from spot.bench import decode_all, run_bench
 
@@ -99,12 +100,17 @@ def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(mo
     settings = dict(max_new_tokens=8, block_size=4, temperature=1.0, eos_id=None, budget=4, seed=3)
     monkeypatch.setattr(spot.bench, "generate", spy)
     report = run_bench(target, PROMPTS, ["confidence", "oracle"], batch_size=2, progress=False, **settings)
-    assert calls == [(m, rows) for rows in ([0, 1], [2, 3]) for m in ("standard", "confidence", "oracle")]
+    assert calls == [(m, [0, 1]) for m in ("standard", "confidence", "oracle")] + \
+        [(m, [2, 3]) for m in ("standard", "oracle", "confidence")]
     for method in ("standard", "confidence", "oracle"):
         whole = decode_all(target, PROMPTS, method, batch_size=2, **settings)
         r = report["methods"][method]
         assert r["target_passes"] == whole["target_passes"] and r["exact_match_vs_standard"], method
     assert report["methods"]["confidence"]["target_passes"] < report["methods"]["standard"]["target_passes"]
+    calls.clear()
+    report = run_bench(target, PROMPTS, ["confidence"], batch_size=1, progress=False, **settings)
+    assert [m for m, _ in calls] == ["standard", "confidence", "confidence", "standard"] * 2
+    assert report["methods"]["confidence"]["exact_match_vs_standard"]
 
 
 def test_bench_budgets_writes_by_budget_and_plots(tmp_path, capsys):

@@ -6,7 +6,7 @@ import pytest
 
 import spot
 from spot.budgets import BUDGETS_FILE, FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate
-from spot.build.tune import save_tuning, time_target_pass, tune
+from spot.build.tune import choose_measured, save_tuning, time_target_pass, tune
 from tiny import PROMPTS, sharp_target
 
 
@@ -110,8 +110,19 @@ def test_tune_measures_every_budget_and_picks_the_fastest():
     assert result["commits_per_pass"][4] > 1.0  # the sharp target accepts drafted commits
     assert set(result["pass_seconds"]) == set(result["overhead_seconds"]) == set(result["tokens_per_second"]) == {1, 4}
     assert all(v > 0 for v in result["pass_seconds"].values())
-    rate = result["tokens_per_second"]
-    assert result["budget"] == max(rate, key=lambda n: (rate[n], -n))
+    assert set(result["cpu_tokens_per_second"]) == {1, 4}
+    assert result["budget"] == choose_measured(result["tokens_per_second"], result["cpu_tokens_per_second"],
+                                               result["min_gain"])
+
+
+def test_a_tree_is_chosen_only_where_it_beats_the_root_alone_on_both_clocks():
+    assert choose_measured({1: 10.0, 2: 12.0, 4: 11.0}) == 2  # the fastest
+    assert choose_measured({1: 10.0, 2: 10.2}) == 1  # within min_gain (3%): the root alone
+    assert choose_measured({1: 10.0, 2: 10.2}, min_gain=0.01) == 2
+    assert choose_measured({1: 10.0, 2: 12.0}, {1: 10.0, 2: 10.1}) == 1  # the CPU clock disagrees
+    assert choose_measured({1: 10.0, 2: 12.0}, {1: 10.0, 2: 11.0}) == 2
+    assert choose_measured({1: 12.0, 2: 10.0}) == 1
+    assert choose_measured({2: 10.0, 4: 10.0}) == 2  # no root measured: the fastest, ties to the smaller tree
 
 
 def test_budget_one_calls_no_drafter(monkeypatch):

@@ -43,10 +43,11 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
         extra = {"drafter": drafter} if method == "spot" else {}
         if method == "oracle" and standard_orders is not None:
             extra = {"orders": standard_orders[index]}
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rows = list(range(first_row + start, first_row + start + len(batch)))
         out = generate(target, batch, method, rows=rows, **extra, **settings)
         totals["seconds"] += time.perf_counter() - t0
+        totals["cpu_seconds"] += time.process_time() - c0
         totals["tokens"] += out.tokens
         totals["orders"].append(out.orders)
         totals["target_passes"] += out.stats.target_passes
@@ -68,9 +69,12 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     holds, besides "methods" (standard, and every method at the first budget), "by_budget": {budget: {method:
     entry}}, and settings.budget is the first budget.
 
-    The runs take turns batch by batch (standard, then every other method at every budget, on the first batch;
-    then on the next), so that a shared machine's changing load falls on every run alike and the wall-clock ratios
-    compare like with like; each run's figures are the sums over its batches."""
+    The runs take turns batch by batch (standard, then every other method at every budget, on the first batch; on
+    the next in the reverse order, and so on), so that a shared machine's changing load, and whichever run goes
+    first after another, fall on every run alike and the wall-clock ratios compare like with like; each run's
+    figures are the sums over its batches. Besides wall-clock seconds every entry has the process's CPU seconds
+    ("cpu_seconds", "cpu_speedup_vs_standard"): with one thread (OMP_NUM_THREADS=1) they leave out the time other
+    jobs held the core, the steadier ratio on a shared machine."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
     budgets = list(budgets) if budgets else [settings.get("budget", 16)]
@@ -89,9 +93,12 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     runs = [("standard", "standard", None, budgets[0])] + [(n, m, d, b) for b in budgets for n, m, d in variants]
     bar = tqdm(total=len(runs) * -(-len(prompts) // batch_size), desc="bench", disable=not progress, unit="batch")
     totals = {(name, budget): _empty_run() for name, _, _, budget in runs}
-    for start in range(0, len(prompts), batch_size):
+    for index, start in enumerate(range(0, len(prompts), batch_size)):
         batch = prompts[start:start + batch_size]
-        for name, method, run_drafter, budget in runs:
+        order = runs if index % 2 == 0 else runs[::-1]
+        if index % 2 and any(method == "oracle" for _, method, _, _ in runs):
+            order = runs[:1] + runs[:0:-1]  # standard stays first: oracle reads its orders of this batch
+        for name, method, run_drafter, budget in order:
             bar.set_postfix(method=name, budget=budget)
             standard = totals[("standard", budgets[0])] if method != "standard" else None
             run = decode_all(target, batch, method, batch_size=batch_size, drafter=run_drafter, first_row=start,
@@ -113,6 +120,9 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
         r["pass_reduction_vs_standard"] = base["target_passes"] / r["target_passes"] if r["target_passes"] else None
         r["speedup_vs_standard"] = (r["tokens_per_second"] / base["tokens_per_second"]
                                     if r["tokens_per_second"] and base["tokens_per_second"] else None)
+        r["cpu_speedup_vs_standard"] = (base["cpu_seconds"] / r["cpu_seconds"] * r["generated_tokens"]
+                                        / base["generated_tokens"]
+                                        if r["cpu_seconds"] and base["generated_tokens"] else None)
     if len(budgets) > 1:
         report["settings"]["budgets"] = budgets
         report["by_budget"] = by_budget
@@ -120,7 +130,7 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
 
 
 def _empty_run() -> dict:
-    return {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0,
+    return {"tokens": [], "orders": [], "target_passes": 0, "generated_tokens": 0, "seconds": 0.0, "cpu_seconds": 0.0,
             "commits_per_pass": Counter(), "stage_seconds": Counter()}
 
 
@@ -140,6 +150,7 @@ def _entry(run: dict, standard: dict) -> dict:
         "passes_per_token": passes / generated if generated else None,
         "seconds": seconds,
         "tokens_per_second": generated / seconds if seconds else None,
+        "cpu_seconds": run["cpu_seconds"],
         "exact_match_vs_standard": run["tokens"] == standard["tokens"],
         "commits_per_pass": {str(k): v for k, v in sorted(run["commits_per_pass"].items())},
         "stage_seconds": dict(run["stage_seconds"]),
@@ -149,7 +160,7 @@ def _entry(run: dict, standard: dict) -> dict:
 def format_report(report: dict) -> str:
     w = max(11, *(len(name) for name in report["methods"]))
     lines = [f"{'method':<{w}} {'budget':>6} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} "
-             f"{'tok/s':>9} {'speedup':>8} exact"]
+             f"{'tok/s':>9} {'speedup':>8} {'cpu-time':>8} exact"]
     budget = report["settings"].get("budget")
     rows = [(name, "" if name == "standard" else budget, r) for name, r in report["methods"].items()]
     for b, table in list(report.get("by_budget", {}).items())[1:]:
@@ -158,7 +169,7 @@ def format_report(report: dict) -> str:
         lines.append(f"{name:<{w}} {b:>6} {r['target_passes']:>7} {r['generated_tokens']:>7} "
                      f"{r['passes_per_token'] or float('nan'):>9.4f} {r['pass_reduction_vs_standard'] or 0:>8.2f}x "
                      f"{r['tokens_per_second'] or 0:>9.1f} {r['speedup_vs_standard'] or 0:>7.2f}x "
-                     f"{r['exact_match_vs_standard']}")
+                     f"{r['cpu_speedup_vs_standard'] or 0:>7.2f}x {r['exact_match_vs_standard']}")
     return "\n".join(lines)
 
 

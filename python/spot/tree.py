@@ -37,10 +37,12 @@ class Tree:
 @torch.no_grad()
 def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, *, budget: int,
               width: int, branch: int, seed: int, rows: torch.Tensor, temperature: float, mask_id: int,
-              backend: str = "auto", draft_rows: torch.Tensor | None = None) -> Tree:
+              backend: str = "auto", draft_rows: torch.Tensor | None = None, prune: bool = True) -> Tree:
     """root int64 [b, B]; step int64 [b] (commits already in the root's block). Returns at most `budget` nodes.
     draft_rows: bool [b], the rows to grow (default all); the others keep their root alone (a row at its block's
-    first pass has no stale features of that block to draft from)."""
+    first pass has no stale features of that block to draft from).
+    prune: call the drafter only on frontier nodes with a child that could still be kept (the same tree, for a
+    drafter whose rows do not depend on each other; False expands every frontier node)."""
     b, B = root.shape
     dev = root.device
     # Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
@@ -62,8 +64,20 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
         f_states = states.gather(1, frontier[..., None].expand(b, w, B))
         f_logprob = logprob.gather(1, frontier)
         node_row = batch_idx.repeat_interleave(w)
-        node_masked = ((f_states == mask_id) & (f_logprob > float("-inf"))[..., None]).view(b * w, B)
-        scores = drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d))
+        # A frontier node is expanded only if one of its children could still be kept: fewer than budget - 1
+        # nodes at least as probable as it (children are no more probable than it, and lose ties, being younger).
+        # The drafter sees only those rows; the others get no children, as before, so the tree is the same.
+        kth = logprob[:, 1:].topk(budget - 1, dim=1).values[:, -1:] if logprob.shape[1] > budget - 1 else \
+            logprob.new_full((b, 1), float("-inf"))
+        open_ = ((f_logprob > float("-inf")) & ((f_logprob > kth) | (not prune))).view(b * w)
+        node_masked = (f_states == mask_id).view(b * w, B) & open_[:, None]
+        scores = torch.full((b * w, B), float("-inf"), dtype=logprob.dtype, device=dev)
+        if bool(open_.all()):
+            scores = drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d))
+        elif bool(open_.any()):
+            at = torch.nonzero(open_).flatten()
+            scores[at] = drafter.position_logits(stale, node_masked[at], node_row[at],
+                                                 torch.full_like(at, d)).to(scores.dtype)
         c_pos, c_logprob, c_tok = spot_kernels.select_children(
             scores.to(logprob.dtype), node_masked, f_logprob.reshape(-1), stale.topk_probs[node_row],
             stale.topk_ids[node_row], seed, rows[node_row], stale.block_start[node_row], step[node_row] + d,

@@ -1,0 +1,71 @@
+"""Draft-tree growth (spot.tree.grow_tree): expanding only the frontier nodes whose children could still be kept
+gives the same tree as expanding every frontier node, with fewer drafter rows."""
+
+import pytest
+import torch
+
+import spot
+from spot.tree import grow_tree
+
+MASK = 2
+
+
+class NodeHashDrafter:
+    """Integer position logits that depend on each node's own state, row and depth only (so a node's logits do not
+    depend on which other nodes share the call), with many ties. Counts the rows it is asked for."""
+
+    def __init__(self, block: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        self.weights = torch.randint(0, 1000, (block, block), generator=g)
+        self.rows = 0
+
+    def position_logits(self, stale, node_masked, node_row, depth):
+        self.rows += len(node_masked)
+        mixed = node_masked.long() @ self.weights + 7 * node_row[:, None] + 13 * depth[:, None]
+        return (mixed % 23).double()
+
+
+def stale_features(b, B, K, seed):
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.rand(b, B, K, generator=g, dtype=torch.float64).softmax(-1).sort(-1, descending=True).values
+    ids = torch.randint(3, 60, (b, B, K), generator=g)
+    return spot.StaleFeatures(topk_probs=probs, topk_ids=ids, tokens=ids[..., 0], confidence=probs[..., 0],
+                              masked=torch.ones(b, B, dtype=torch.bool), block_start=torch.arange(b) * 100,
+                              block_index=0)
+
+
+@pytest.mark.parametrize("budget", [2, 3, 5, 8, 16, 33])
+@pytest.mark.parametrize("width,branch", [(1, 1), (2, 3), (4, 4), (8, 2)])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_pruned_growth_is_the_same_tree_with_fewer_drafter_rows(budget, width, branch, temperature):
+    b, B, K = 3, 12, 4
+    root = torch.full((b, B), MASK)
+    root[0, :5] = 9  # rows with different numbers of masked positions
+    root[2, 1::2] = 11
+    step = (root != MASK).sum(1)
+    stale = stale_features(b, B, K, seed=budget * 10 + width)
+    trees, rows = [], []
+    for prune in (True, False):
+        drafter = NodeHashDrafter(B, seed=width * 7 + branch)
+        trees.append(grow_tree(root, step, stale, drafter, budget=budget, width=width, branch=branch, seed=5,
+                               rows=torch.arange(b), temperature=temperature, mask_id=MASK, prune=prune))
+        rows.append(drafter.rows)
+    for name in ("states", "parents", "positions", "tokens", "depth"):
+        assert torch.equal(getattr(trees[0], name), getattr(trees[1], name)), name
+    assert rows[0] <= rows[1]
+    assert trees[0].states.shape[1] <= budget
+
+
+def test_pruning_saves_drafter_rows_on_deep_trees():
+    """Where the best path runs deep (one dominant branch), most frontier nodes cannot enter the kept set: the
+    pruned growth asks the drafter for far fewer rows."""
+    b, B, K = 2, 16, 4
+    root = torch.full((b, B), MASK)
+    stale = stale_features(b, B, K, seed=1)
+    counts = {}
+    for prune in (True, False):
+        drafter = NodeHashDrafter(B, seed=3)
+        grow_tree(root, torch.zeros(b, dtype=torch.long), stale, drafter, budget=16, width=4, branch=4, seed=0,
+                  rows=torch.arange(b), temperature=0.0, mask_id=MASK, prune=prune)
+        counts[prune] = drafter.rows
+    assert counts[True] < 0.8 * counts[False], counts
