@@ -290,8 +290,11 @@ class ModelSession(Session):
 
     @property
     def block_start(self) -> torch.Tensor:
-        pending = torch.tensor([len(p) for p in self.pending], dtype=torch.long, device=self.key_start.device)
-        return self.cache.length - self.key_start + pending
+        return self.cache.length - self.key_start + self._pending_counts()
+
+    def _pending_counts(self) -> torch.Tensor:
+        """int64 [b]: how many tokens each row appends in the next pass."""
+        return torch.tensor([len(p) for p in self.pending], dtype=torch.long, device=self.key_start.device)
 
     def score(self, nodes: torch.Tensor) -> torch.Tensor:
         b, n, B = nodes.shape
@@ -305,7 +308,7 @@ class ModelSession(Session):
         """The pending tokens [b, num_new], each row's at the end: a row with fewer first shifts its prefix right
         by the difference, and those slots are marked `held` for the pass (they keep the row's own keys)."""
         device, cache = self.key_start.device, self.cache
-        counts = torch.tensor([len(p) for p in self.pending], dtype=torch.long, device=device)
+        counts = self._pending_counts()
         num_new = int(counts.max()) if self.batch else 0
         common = int(self.key_start.min()) if self.batch else 0
         if common and (cache.length + num_new > cache.capacity or common * 8 >= cache.length):
