@@ -219,7 +219,7 @@ def cmd_tune(a) -> int:
     from .. import load_drafter
     from ..loading import load_target
     from .prompts import TUNE_POOL, build_prompts
-    from .tune import save_tuning, tune
+    from .tune import MIN_GAIN, save_tuning, tune
 
     out = _output(a.out, a)
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
@@ -232,7 +232,8 @@ def cmd_tune(a) -> int:
             print(f"tune: block size {B}, temperature {T:g}, {len(prompts)} prompts x {a.max_new_tokens} new tokens, "
                   f"device {a.device}")
             result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
-                          max_new_tokens=a.max_new_tokens, temperature=T, width=a.width, branch=a.branch)
+                          max_new_tokens=a.max_new_tokens, temperature=T, width=a.width, branch=a.branch,
+                          min_gain=MIN_GAIN if a.min_gain is None else a.min_gain)
             print(f"chosen budget for B={B}, T={T:g}: {result['budget']}")
             if not a.dry_run:
                 save_tuning(result, a.device, B, out, temperature=T)
@@ -367,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "for T > 0)")
     s.add_argument("--width", type=int, default=4)
     s.add_argument("--branch", type=int, default=4)
+    s.add_argument("--min-gain", type=float,
+                   help="a tree is chosen only if it beats the root alone by this fraction on the wall and CPU clocks "
+                        "(default 0.03, spot.build.tune.MIN_GAIN)")
     s.add_argument("--out", default=str(CACHE / "budgets.json"),
                    help="budgets table (the shipped one, read by --budget auto, is spot/weights/budgets.json)")
     s.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
