@@ -64,6 +64,27 @@ def test_item1_save_weights_is_atomic(tmp_path, monkeypatch):
     assert _leftovers(tmp_path) == []
 
 
+def test_item1_atomic_writes_get_the_mode_of_a_plain_write(tmp_path):
+    """Files written through a temporary file (bench JSON, weights) get the mode `open` would give them (0666 less
+    the umask), not the temporary file's private 0600."""
+    import os
+    import stat
+
+    from spot.loading import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "report.json", "{}")
+        save_order_model(OrderModel(SMALL), tmp_path)
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(old)
+    plain = stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
+    assert plain == 0o644
+    for name in ("report.json", "drafter.json", "drafter.safetensors"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == plain, name
+
+
 def test_item1_collect_shard_write_is_atomic(tmp_path, monkeypatch):
     """A collect run interrupted while writing its shard leaves the earlier shard whole."""
     target = load_target("random", config=COLLECT_CFG, dtype="float64", seed=1)

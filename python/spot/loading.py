@@ -34,10 +34,18 @@ def atomic_write(path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, _new_file_mode())  # mkstemp's files are private (0600); a written result should not be
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _new_file_mode() -> int:
+    """The mode `open` gives a new file: 0666 less the process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def atomic_write_text(path, text: str) -> None:
@@ -58,6 +66,7 @@ def save_weights(module: torch.nn.Module, directory, name: str, meta: dict) -> N
     os.close(fd)
     try:
         Path(tmp_json).write_text(text)
+        os.chmod(tmp_json, _new_file_mode())
         atomic_write(directory / f"{name}.safetensors", lambda tmp: save_file(state, tmp))
         os.replace(tmp_json, config)
     except BaseException:
