@@ -21,14 +21,14 @@ import spot
 from spot.prompts import held_out_prompts
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--stream", type=int, default=64)
     parser.add_argument("--width", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=256)
-    a = parser.parse_args()
+    a = parser.parse_args(argv)
     target, drafter = spot.load_target(), spot.load_drafter()
     texts = held_out_prompts(max(a.prompts, a.stream))
     prompts = [target.tokenizer.encode(t) for t in texts]
