@@ -20,10 +20,10 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter | Onl
     "portable" is the shipped one that reads no token ids (any target, blocks up to 64, docs/drafter.md);
     otherwise a directory holding drafter.safetensors + drafter.json. NAME+online (or NAME+online-SET) is drafter
     NAME wrapped in `OnlineCalibrated`, which recalibrates it from the target's own commits while it decodes
-    (spot/online.py; SET: a key of spot.online.FEATURE_SETS, default "basic")."""
+    (spot/online.py; SET: a key of spot.online.FEATURE_SETS, default "rich2")."""
     base, online, features = str(name).rpartition("+online")
     if online and base and (not features or features.startswith("-")):
-        return OnlineCalibrated(load_drafter(base, device=device), features=features[1:] or "basic")
+        return OnlineCalibrated(load_drafter(base, device=device), features=features[1:] or "rich2")
     directory = drafter_directory(name)
     if not (directory / "drafter.safetensors").is_file():
         raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot build drafter`")

@@ -102,7 +102,7 @@ class OnlineCalibrated:
     newton_steps: Newton steps per refit (warm-started from the current weights).
     """
 
-    def __init__(self, base: Drafter, features="basic", depth_buckets: int = 4, prior: float = 1.0,
+    def __init__(self, base: Drafter, features="rich2", depth_buckets: int = 4, prior: float = 1.0,
                  memory: int = 8192, refit_every: int = 16, newton_steps: int = 2, hidden_prior: float = 30.0):
         self.base = base
         self.names = tuple(FEATURE_SETS[features] if isinstance(features, str) else features)
