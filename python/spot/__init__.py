@@ -9,15 +9,21 @@ from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafte
 from .hf import HFTarget
 from .loading import load_model, load_target, save_model
 from .model import BlockDiffusionLM, ModelConfig
+from .online import OnlineCalibrated
 from .order_model import LearnedDrafter, OrderModel, OrderModelConfig, drafter_directory, load_order_model
 from .target import ModelTarget, Session, Target
 
 
-def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter:
+def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter | OnlineCalibrated:
     """The learned order drafter for method="spot": "default" is the one shipped for the embedded target (built by
     `spot build collect` + `spot build drafter`; it reads token ids, so it runs on that vocabulary only);
     "portable" is the shipped one that reads no token ids (any target, blocks up to 64, docs/drafter.md);
-    otherwise a directory holding drafter.safetensors + drafter.json."""
+    otherwise a directory holding drafter.safetensors + drafter.json. NAME+online (or NAME+online-SET) is drafter
+    NAME wrapped in `OnlineCalibrated`, which recalibrates it from the target's own commits while it decodes
+    (spot/online.py; SET: a key of spot.online.FEATURE_SETS, default "rich2")."""
+    base, online, features = str(name).rpartition("+online")
+    if online and base and (not features or features.startswith("-")):
+        return OnlineCalibrated(load_drafter(base, device=device), features=features[1:] or "rich2")
     directory = drafter_directory(name)
     if not (directory / "drafter.safetensors").is_file():
         raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot build drafter`")
@@ -26,7 +32,7 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter:
 
 __all__ = [
     "METHODS", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput", "HFTarget",
-    "LearnedDrafter", "ModelConfig", "ModelTarget", "NoiseCoordinates", "OrderModel", "OrderModelConfig",
-    "OracleDrafter", "Session", "StaleFeatures", "Target", "generate", "load_drafter", "load_model", "load_target",
-    "save_model",
+    "LearnedDrafter", "ModelConfig", "ModelTarget", "NoiseCoordinates", "OnlineCalibrated", "OrderModel",
+    "OrderModelConfig", "OracleDrafter", "Session", "StaleFeatures", "Target", "generate", "load_drafter",
+    "load_model", "load_target", "save_model",
 ]

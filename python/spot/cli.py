@@ -44,7 +44,9 @@ def target_from_args(a):
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", default="default",
                    help="order drafter of method spot: 'default' or 'portable' (shipped) or a directory from "
-                        "`spot build drafter`; `bench` takes several, comma-separated (spot runs once per drafter)")
+                        "`spot build drafter`; NAME+online recalibrates drafter NAME online from the target's "
+                        "commits (NAME+online-SET: feature set SET of spot.online.FEATURE_SETS, default rich2); "
+                        "`bench` takes several, comma-separated (spot runs once per drafter)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:

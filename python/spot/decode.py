@@ -67,7 +67,9 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
-    drafter: the order drafter for method="spot". eos_id: stop id (-1: the target's own; None: never stop).
+    drafter: the order drafter for method="spot"; one with an `observe(stale, root_masked, accepted_pos, n_acc,
+    rows)` method is also handed every pass's commits (spot.online.OnlineCalibrated learns from them).
+    eos_id: stop id (-1: the target's own; None: never stop).
     rows: noise row id per prompt (default 0..batch-1) so that results do not depend on batch composition.
     progress: an optional callable(done_blocks, total_blocks).
     orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
@@ -261,6 +263,11 @@ def _one_pass(run: _Run, session, slots: _Slots, orders: torch.Tensor) -> None:
         raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
     _record_order(orders, slots, accepted_pos, n_acc)
     run.stats.commits_per_pass.update(n_acc[active].tolist())
+    observe = getattr(run.drafter, "observe", None)
+    if observe is not None and slots.stale is not None and bool(slots.has_stale.any()):
+        # a drafter that learns from the target's commits (spot.online.OnlineCalibrated): the stale features its
+        # tree was grown from, the root's masked flags and the accepted chain, for the rows it drafted
+        observe(slots.stale, masked[:, 0], accepted_pos, n_acc, slots.has_stale & active)
     step = slots.step + n_acc
     if run.eos_id is not None:
         block = _close_after_eos(block, run.eos_id, target.mask_id)
