@@ -23,6 +23,7 @@ def script(name: str):
     ("budget_curve", ["--num-prompts", "1", "--max-new-tokens", "8", "--block-size", "8", "--budgets", "2,4",
                       "--methods", "spot,confidence,oracle"]),
     ("batching", ["--prompts", "2", "--stream", "3", "--width", "2", "--max-new-tokens", "32"]),
+    ("online_accuracy", ["--num-prompts", "2", "--max-new-tokens", "16", "--block-size", "8", "--budget", "4"]),
 ])
 def test_bench_script_runs(name, args, tmp_path):
     out = tmp_path / f"{name}.json"

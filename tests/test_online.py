@@ -128,3 +128,6 @@ def test_learns_the_confidence_order_from_commits(features):
     if features == "basic":
         assert bool((drafter.weights[:2, 1] > 1.0).all())  # the log-confidence weight grew from 0
     assert drafter.accuracy(0) > 0.9 and drafter.accuracy(1) > 0.9
+    seq = drafter.prequential_accuracy()  # every commit predicted before it was learned from
+    assert seq["examples"][:2] == [8 * n, 8 * n] and seq["examples"][2:] == [0, 0]
+    assert seq["base"][0] < 0.3 and 0.6 < seq["online"][0] < after  # the first pass's commits came before any fit

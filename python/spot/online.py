@@ -151,6 +151,9 @@ class OnlineCalibrated:
         self._y = [torch.zeros(0, dtype=torch.long) for _ in range(n)]
         self._new = [0] * n
         self.observed = 0  # commits observed since the last reset
+        # prequential top-1 per depth bucket: each commit predicted before it is learned from, by the calibrated
+        # weights ("online") and by the base drafter alone ("base")
+        self.seen, self.hits = [0] * n, {"online": [0] * n, "base": [0] * n}
 
     def _bucket(self, depth: torch.Tensor) -> torch.Tensor:
         return depth.clamp(0, self.depth_buckets - 1)
@@ -188,10 +191,26 @@ class OnlineCalibrated:
             sel = bucket == d
             if not bool(sel.any()):
                 continue
+            self._score(d, x[sel], node_masked.cpu()[sel], label.cpu()[sel])
             self._add(d, x[sel], node_masked.cpu()[sel], label.cpu()[sel])
             if self._new[d] >= self.refit_every:
                 self._fit(d)
         self.observed += len(label)
+
+    def _score(self, d: int, x, m, y) -> None:
+        """Count the prequential top-1 hits of examples not yet learned from."""
+        for name, w in (("online", self.weights[d]), ("base", self.init)):
+            z = (x @ w).masked_fill(~m, float("-inf"))
+            self.hits[name][d] += int((z.argmax(1) == y).sum())
+        self.seen[d] += len(y)
+
+    def prequential_accuracy(self) -> dict[str, list[float]]:
+        """Top-1 accuracy per depth bucket of every commit observed since the last reset, each predicted before it
+        was learned from: {"online": the calibrated drafter's, "base": the base drafter's, "examples": counts}."""
+        out = {name: [h / s if s else float("nan") for h, s in zip(hits, self.seen)]
+               for name, hits in self.hits.items()}
+        out["examples"] = list(self.seen)
+        return out
 
     def _add(self, d: int, x, m, y) -> None:
         if self._x[d].shape[1] != x.shape[1]:  # the first examples, or another block size: start this bucket afresh
