@@ -14,10 +14,10 @@ Every run's tokens are checked equal to the prompts decoded alone (or to the loc
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import spot
+from spot.bench import write_json
 from spot.prompts import held_out_prompts
 
 
@@ -78,8 +78,7 @@ def main(argv=None) -> int:
           f"tok/s x{s['continuous']['tokens_per_second'] / s['lockstep_groups']['tokens_per_second']:.2f}); "
           f"exact {s['exact']}", flush=True)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, a.json)
     return 0
 
 

@@ -12,10 +12,9 @@ the pass ratios and the exactness check compare like with like. Wall-clock ratio
 from __future__ import annotations
 
 import argparse
-import json
 
 import spot
-from spot.bench import decode_all
+from spot.bench import decode_all, write_json
 from spot.prompts import held_out_prompts
 
 
@@ -57,9 +56,8 @@ def main(argv=None) -> int:
                       f"{r['pass_reduction_vs_standard']:.2f}x  wall speedup {r['speedup_vs_standard']:.2f}x  "
                       f"exact {r['exact_match_vs_standard']}", flush=True)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"settings": {**settings, "num_prompts": len(prompts), "dtype": a.dtype, "drafter": a.drafter},
-                       "standard_passes": base_passes, "standard_seconds": base_seconds, "runs": rows}, f, indent=1)
+        write_json({"settings": {**settings, "num_prompts": len(prompts), "dtype": a.dtype, "drafter": a.drafter},
+                    "standard_passes": base_passes, "standard_seconds": base_seconds, "runs": rows}, a.json)
     return 0
 
 

@@ -12,10 +12,9 @@ accepted), not the held-out trajectories `spot build evaluate` reads, so the two
 from __future__ import annotations
 
 import argparse
-import json
 
 import spot
-from spot.bench import decode_all
+from spot.bench import decode_all, write_json
 from spot.prompts import held_out_prompts
 
 
@@ -48,8 +47,7 @@ def main(argv=None) -> int:
         print(f"depth {d}{'+' if d == len(accuracy['examples']) - 1 else ' '}: top-1 online {online:.3f}, base "
               f"{base:.3f} ({n} commits)")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, a.json)
     return 0
 
 

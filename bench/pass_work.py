@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import time
 from collections import Counter
 
@@ -28,6 +27,7 @@ import torch
 
 import spot
 import spot.decode
+from spot.bench import write_json
 from spot.order_model import LearnedDrafter, OrderModel
 from spot.prompts import held_out_prompts
 from spot.target import ModelSession, NodeLogits
@@ -156,8 +156,7 @@ def main(argv=None) -> int:
                   f"exact {r['exact_vs_current']}")
         report["budgets"][budget] = res
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, a.json)
     return 0
 
 
