@@ -71,13 +71,15 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
             logprob.new_full((b, 1), float("-inf"))
         open_ = ((f_logprob > float("-inf")) & ((f_logprob > kth) | (not prune))).view(b * w)
         node_masked = (f_states == mask_id).view(b * w, B) & open_[:, None]
-        scores = torch.full((b * w, B), float("-inf"), dtype=logprob.dtype, device=dev)
-        if bool(open_.all()):
+        n_open = int(open_.sum())  # one host sync for both cases below
+        if n_open == b * w:
             scores = drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d))
-        elif bool(open_.any()):
-            at = torch.nonzero(open_).flatten()
-            scores[at] = drafter.position_logits(stale, node_masked[at], node_row[at],
-                                                 torch.full_like(at, d)).to(scores.dtype)
+        else:
+            scores = torch.full((b * w, B), float("-inf"), dtype=logprob.dtype, device=dev)
+            if n_open:
+                at = torch.nonzero(open_).flatten()
+                scores[at] = drafter.position_logits(stale, node_masked[at], node_row[at],
+                                                     torch.full_like(at, d)).to(scores.dtype)
         c_pos, c_logprob, c_tok = spot_kernels.select_children(
             scores.to(logprob.dtype), node_masked, f_logprob.reshape(-1), stale.topk_probs[node_row],
             stale.topk_ids[node_row], seed, rows[node_row], stale.block_start[node_row], step[node_row] + d,
