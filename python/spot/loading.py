@@ -61,17 +61,12 @@ def save_weights(module: torch.nn.Module, directory, name: str, meta: dict) -> N
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in module.state_dict().items()}
     text = json.dumps(meta, indent=1, sort_keys=True) + "\n"
-    config = directory / f"{name}.json"
-    fd, tmp_json = tempfile.mkstemp(dir=directory, prefix=f".{config.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+
+    def write_both(tmp_json):  # the config moves into place only after the weights did
         Path(tmp_json).write_text(text)
-        os.chmod(tmp_json, _new_file_mode())
         atomic_write(directory / f"{name}.safetensors", lambda tmp: save_file(state, tmp))
-        os.replace(tmp_json, config)
-    except BaseException:
-        Path(tmp_json).unlink(missing_ok=True)
-        raise
+
+    atomic_write(directory / f"{name}.json", write_both)
 
 
 def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
