@@ -16,7 +16,7 @@ import re
 import shutil
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -97,7 +97,9 @@ def _extension():
 ext_modules, cmdclass = _extension()
 setup(
     packages=find_packages(include=["spot_kernels", "spot_kernels.*"])
-    + find_packages(where="python", include=["spot", "spot.*"]),
+    # namespace discovery: the data folders (spot.weights, spot.assets, ...) are packages too, as setuptools sees
+    # any importable folder; listing them keeps their package_data from depending on a deprecated fallback
+    + find_namespace_packages(where="python", include=["spot", "spot.*"], exclude=["*.__pycache__"]),
     package_dir={"spot_kernels": "spot_kernels", "spot": "python/spot"},
     package_data={"spot": ["weights/*", "weights/*/*", "assets/*", "build/*.toml"]},
     include_package_data=True,
