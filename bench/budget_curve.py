@@ -2,8 +2,10 @@
 
     OMP_NUM_THREADS=1 python bench/budget_curve.py --num-prompts 16 --budgets 2,4,8,16,32 --json curve.json
     OMP_NUM_THREADS=1 python bench/budget_curve.py --budgets 16 --shapes 4x4,8x2,2x8 --methods spot
+    OMP_NUM_THREADS=1 python bench/budget_curve.py --budgets 16 --sharpness 1,1.25,1.5 --methods spot
 
-A shape WxB grows the tree with `width` W frontier nodes per depth and `branch` B children per node.
+A shape WxB grows the tree with `width` W frontier nodes per depth and `branch` B children per node. `--sharpness`
+runs spot with the drafter's logits scaled by each value (LearnedDrafter.sharpness; default: the drafter's own).
 
 `standard` runs once per prompt; every other (method, budget) decodes the same prompts with the same seeds, so
 the pass ratios and the exactness check compare like with like. Wall-clock ratios are within this one run.
@@ -27,12 +29,16 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default="2,4,8,16,32")
     ap.add_argument("--shapes", default="4x4", help="tree shapes width x branch, comma-separated")
     ap.add_argument("--methods", default="spot,confidence", help="any of spot,confidence,oracle")
+    ap.add_argument("--sharpness", help="comma-separated drafter sharpness values for spot (default: the drafter's)")
     ap.add_argument("--drafter", default="default", help="'default' (shipped) or a drafter directory")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     target = spot.load_target(dtype=a.dtype)
     drafter = spot.load_drafter(a.drafter)
+    sharpness = [float(x) for x in a.sharpness.split(",")] if a.sharpness else [None]
+    if a.sharpness and not isinstance(drafter, spot.LearnedDrafter):
+        raise SystemExit(f"--sharpness: drafter {a.drafter} is not a LearnedDrafter")
     prompts = [target.tokenizer.encode(t) for t in held_out_prompts(a.num_prompts)]
     settings = dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature,
                     eos_id=None)
@@ -44,17 +50,22 @@ def main(argv=None) -> int:
     shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
     for budget in [int(x) for x in a.budgets.split(",")]:
         for width, branch in shapes:
-            for method in a.methods.split(","):
-                run = decode_all(target, prompts, method, budget=budget, width=width, branch=branch, drafter=drafter,
+            runs = [(m, s) for m in a.methods.split(",") for s in (sharpness if m == "spot" else [None])]
+            for method, sharp in runs:
+                d = drafter if sharp is None else spot.LearnedDrafter(drafter.model, sharp)
+                run = decode_all(target, prompts, method, budget=budget, width=width, branch=branch, drafter=d,
                                  standard_orders=standard["orders"], **settings)
                 tokens, passes, seconds = run["tokens"], run["target_passes"], run["seconds"]
                 rows.append({"method": method, "budget": budget, "width": width, "branch": branch,
+                             "sharpness": d.sharpness if method == "spot" else None,
                              "target_passes": passes, "pass_reduction_vs_standard": base_passes / passes,
                              "speedup_vs_standard": base_seconds / seconds, "exact_match_vs_standard": tokens == ref})
                 r = rows[-1]
-                print(f"{method:<10} budget {budget:>3} shape {width}x{branch}: {passes:>6} passes  reduction "
-                      f"{r['pass_reduction_vs_standard']:.2f}x  wall speedup {r['speedup_vs_standard']:.2f}x  "
-                      f"exact {r['exact_match_vs_standard']}", flush=True)
+                sharp_text = f" sharpness {d.sharpness['sampling' if a.temperature else 'greedy']:g}" \
+                    if method == "spot" else ""
+                print(f"{method:<10} budget {budget:>3} shape {width}x{branch}{sharp_text}: {passes:>6} passes  "
+                      f"reduction {r['pass_reduction_vs_standard']:.2f}x  "
+                      f"wall speedup {r['speedup_vs_standard']:.2f}x  exact {r['exact_match_vs_standard']}", flush=True)
     if a.json:
         write_json({"settings": {**settings, "num_prompts": len(prompts), "dtype": a.dtype, "drafter": a.drafter},
                     "standard_passes": base_passes, "standard_seconds": base_seconds, "runs": rows}, a.json)

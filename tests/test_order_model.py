@@ -3,6 +3,7 @@ feature, and exactness of method="spot" with a learned drafter (docs/design.md Â
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import spot
@@ -168,6 +169,42 @@ def test_load_drafter_and_position_logits(tmp_path, monkeypatch):
         assert torch.equal(spot.load_drafter("default").model(*random_inputs(2, 8)), model(*random_inputs(2, 8)))
 
 
+def test_sharpness_scales_the_logits_and_is_read_from_drafter_json(tmp_path):
+    """LearnedDrafter(model, s).position_logits = s x the model's logits (-inf stays -inf); load_drafter takes s from
+    drafter.json's optional `tree_sharpness` (default 1) and refuses one that is not a finite number > 0."""
+    model = small_model(4)
+    save_order_model(model, tmp_path)
+    assert spot.load_drafter(str(tmp_path)).sharpness == {"greedy": 1.0, "sampling": 1.0}
+    b, B, K = 2, 8, 32
+    probs, conf, stale_masked, _, _ = random_inputs(b, B, K, seed=3, dtype=torch.float64)
+    stale = spot.StaleFeatures(topk_probs=probs, topk_ids=torch.randint(0, 90, (b, B, K)),
+                               tokens=torch.randint(0, 90, (b, B)), confidence=conf.double(), masked=stale_masked,
+                               block_start=torch.tensor([0, 8]), block_index=0)
+    args = (stale, stale_masked, torch.tensor([0, 1]), torch.tensor([0, 0]))
+    plain = LearnedDrafter(model).position_logits(*args)
+    save_order_model(model, tmp_path, extra={"tree_sharpness": 2.5})
+    sharp = spot.load_drafter(str(tmp_path))
+    assert sharp.sharpness == {"greedy": 2.5, "sampling": 2.5}
+    got = sharp.position_logits(*args)
+    assert torch.equal(torch.isneginf(got), torch.isneginf(plain)) and torch.isfinite(plain[stale_masked]).all()
+    assert torch.equal(got[stale_masked], 2.5 * plain[stale_masked])
+    # greedy and sampling apart: the stale features' noise coordinates say which applies
+    save_order_model(model, tmp_path, extra={"tree_sharpness": {"greedy": 2.0, "sampling": 0.5}})
+    split = spot.load_drafter(str(tmp_path))
+    for temperature, factor in ((0.0, 2.0), (0.7, 0.5)):
+        noisy = replace(stale, noise=spot.NoiseCoordinates(0, torch.arange(b), torch.zeros(b, dtype=torch.long),
+                                                           temperature))
+        want = LearnedDrafter(model).position_logits(noisy, *args[1:])
+        assert torch.equal(split.position_logits(noisy, *args[1:])[stale_masked], factor * want[stale_masked])
+    for bad in (0, -1.0, float("inf"), True, "2", {"greedy": 2.0}, {"greedy": 1.0, "sampling": 0}):
+        meta = json.loads((tmp_path / "drafter.json").read_text())
+        (tmp_path / "drafter.json").write_text(json.dumps({**meta, "tree_sharpness": bad}))
+        with pytest.raises(ValueError, match="drafter.json: tree_sharpness"):  # the file and the field named
+            spot.load_drafter(str(tmp_path))
+    with pytest.raises(ValueError, match="sharpness"):
+        LearnedDrafter(model, float("nan"))
+
+
 def test_load_drafter_missing(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="drafter"):
         spot.load_drafter(str(tmp_path))
@@ -309,11 +346,12 @@ def target():
 PROMPTS = [[5, 9, 14], [7] * 11, [3, 50, 60, 70, 80, 90, 11]]
 
 
-@pytest.mark.parametrize("block_size", [4, 8])
-def test_spot_with_learned_drafter_equals_standard(target, block_size):
+@pytest.mark.parametrize("block_size,sharpness", [(4, 1.0), (8, 1.0), (8, 3.0)])
+def test_spot_with_learned_drafter_equals_standard(target, block_size, sharpness):
     """A random (untrained) order model drives the trees: tokens and orders equal `standard` for every prompt, seed
-    and temperature, never with more passes, and some pass accepts drafted commits."""
-    drafter = LearnedDrafter(small_model(5))
+    and temperature, never with more passes, and some pass accepts drafted commits; whatever the drafter's
+    sharpness (it reshapes the trees, never the tokens)."""
+    drafter = LearnedDrafter(small_model(5), sharpness)
     accepted, saved = 0, 0
     for seed in (0, 1):
         for temperature in (0.0, 0.7, 1.0):

@@ -10,7 +10,7 @@ from .hf import HFTarget
 from .loading import load_model, load_target, save_model
 from .model import BlockDiffusionLM, ModelConfig
 from .online import OnlineCalibrated
-from .order_model import LearnedDrafter, OrderModel, OrderModelConfig, drafter_directory, load_order_model
+from .order_model import LearnedDrafter, OrderModel, OrderModelConfig, drafter_directory, load_learned_drafter
 from .target import ModelTarget, Session, Target
 
 
@@ -27,7 +27,9 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter | Onl
     directory = drafter_directory(name)
     if not (directory / "drafter.safetensors").is_file():
         raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot build drafter`")
-    return LearnedDrafter(load_order_model(directory).to(device))
+    drafter = load_learned_drafter(directory)
+    drafter.model.to(device)
+    return drafter
 
 
 __all__ = [

@@ -12,6 +12,8 @@ others out).
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -183,8 +185,15 @@ class LearnedDrafter:
     stale feature columns, token embeddings and, per sequence and depth, the resampled probabilities) is computed
     once per pass and per sequence, not once per frontier node and depth."""
 
-    def __init__(self, model: OrderModel):
+    def __init__(self, model: OrderModel, sharpness: float | dict = 1.0):
+        """sharpness: `position_logits` returns the model's logits times this: one number, or {"greedy": g,
+        "sampling": s} for T = 0 and T > 0 apart. A tree ranks its nodes by the product of their drafted
+        probabilities along the path, as if the drafter's errors at successive depths were independent; they are
+        not (a block it reads well at depth 0 it tends to read well deeper down), so a sharper distribution (> 1)
+        grows deeper chains along its first choices and fewer siblings. Which value is best is measured: the shipped
+        drafter's (`tree_sharpness` in its drafter.json) came from held-out prompts (docs/drafter.md)."""
         self.model = model.eval()
+        self.sharpness = _sharpness("sharpness", sharpness)
         self._stale = self._inputs = None  # the StaleFeatures last seen and what was computed from them
 
     @property
@@ -215,14 +224,19 @@ class LearnedDrafter:
             top_ids = stale.topk_ids[node_row, :, 0].to(dev) if cfg.token_buckets else None
             logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
                                 stale.masked[node_row].to(dev), node_masked.to(dev), depth_d, resampled, top_ids)
-            return logits.to(node_masked.device)
+            return self._sharpened(logits, stale).to(node_masked.device)
         if stale is not self._stale:  # a new pass (StaleFeatures are never modified): its inputs, once per sequence
             top_ids = stale.topk_ids[:, :, 0].to(dev) if cfg.token_buckets else None
             self._inputs = self.model.stale_inputs(stale.topk_probs.to(dev), stale.confidence.to(dev),
                                                    stale.masked.to(dev), top_ids)
             self._stale = stale
         logits = self.model.forward_nodes(self._inputs, node_masked.to(dev), depth_d, resampled, node_row_d)
-        return logits.to(node_masked.device)
+        return self._sharpened(logits, stale).to(node_masked.device)
+
+    def _sharpened(self, logits: torch.Tensor, stale: StaleFeatures) -> torch.Tensor:
+        sampling = stale.noise is not None and stale.noise.temperature > 0
+        factor = self.sharpness["sampling" if sampling else "greedy"]
+        return logits if factor == 1 else logits * factor
 
 
 def with_resampled_inputs(model: OrderModel) -> OrderModel:
@@ -300,6 +314,27 @@ SHIPPED_DRAFTERS = {"default": WEIGHTS_DIR, "portable": WEIGHTS_DIR / "portable"
 def drafter_directory(name) -> Path:
     """The folder of drafter `name`: a shipped one ("default", "portable") or a directory path."""
     return SHIPPED_DRAFTERS.get(str(name), Path(name))
+
+
+def load_learned_drafter(directory=WEIGHTS_DIR, name: str = "drafter") -> LearnedDrafter:
+    """The `LearnedDrafter` of a drafter directory: its model (`load_order_model`) and the optional
+    `tree_sharpness` of its drafter.json (default 1)."""
+    path = Path(directory) / f"{name}.json"
+    model = load_order_model(directory, name)
+    sharpness = json.loads(path.read_text(encoding="utf-8")).get("tree_sharpness", 1.0)
+    return LearnedDrafter(model, _sharpness(f"{path}: tree_sharpness", sharpness))
+
+
+def _sharpness(name: str, value) -> dict[str, float]:
+    """A drafter's sharpness as {"greedy": g, "sampling": s}, each a finite number > 0."""
+    if not isinstance(value, dict):
+        value = {"greedy": value, "sampling": value}
+    if set(value) != {"greedy", "sampling"}:
+        raise ValueError(f"{name}: expected a number or {{'greedy': g, 'sampling': s}}, got keys {sorted(value)}")
+    for v in value.values():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ValueError(f"{name}: expected finite numbers > 0, got {value!r}")
+    return {k: float(v) for k, v in value.items()}
 
 
 def load_order_model(directory=WEIGHTS_DIR, name: str = "drafter") -> OrderModel:
