@@ -18,6 +18,7 @@ import argparse
 import spot
 from spot.bench import decode_all, write_json
 from spot.prompts import held_out_prompts
+from spot.tree import BRANCH, WIDTH
 
 
 def main(argv=None) -> int:
@@ -27,7 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--budgets", default="2,4,8,16,32")
-    ap.add_argument("--shapes", default="4x4", help="tree shapes width x branch, comma-separated")
+    ap.add_argument("--shapes", default=f"{WIDTH}x{BRANCH}",
+                    help="tree shapes width x branch, comma-separated (default: the decoder's)")
     ap.add_argument("--methods", default="spot,confidence", help="any of spot,confidence,oracle")
     ap.add_argument("--sharpness", help="comma-separated drafter sharpness values for spot (default: the drafter's)")
     ap.add_argument("--drafter", default="default", help="'default' (shipped) or a drafter directory")

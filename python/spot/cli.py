@@ -9,6 +9,7 @@ import sys
 from .bench import check_writable, format_report, random_prompts, run_bench, warm_up, write_json
 from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .loading import DTYPES, load_target
+from .tree import BRANCH, WIDTH
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
@@ -58,8 +59,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", default="auto", help="tree node budget per verification pass (root included); "
                    "'auto': the one `spot build tune` measured fastest for this device, block size and "
                    "temperature (T = 0 or T > 0)")
-    p.add_argument("--width", type=int, default=4, help="frontier nodes expanded per depth")
-    p.add_argument("--branch", type=int, default=4, help="children drafted per frontier node")
+    p.add_argument("--width", type=int, default=WIDTH, help="frontier nodes expanded per depth")
+    p.add_argument("--branch", type=int, default=BRANCH, help="children drafted per frontier node")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
     p.add_argument("--methods", default="standard,confidence,spot",
                    help=f"comma-separated subset of {','.join(METHODS)}")

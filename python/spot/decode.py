@@ -23,7 +23,7 @@ from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .target import NodeLogits, Target, memory_limit_bytes, warn_if_not_batch_invariant
-from .tree import Tree, grow_tree
+from .tree import BRANCH, WIDTH, Tree, grow_tree
 
 METHODS = ("standard", "confidence", "spot", "oracle")
 
@@ -59,7 +59,7 @@ class GenerateOutput:
 
 def generate(target: Target, prompts, method: str = "standard", *, max_new_tokens: int = 256,
              block_size: int = 32, temperature: float = 0.0, seed: int = 0, budget: int = 16,
-             width: int = 4, branch: int = 4, drafter: Drafter | None = None, eos_id: int | None = -1,
+             width: int = WIDTH, branch: int = BRANCH, drafter: Drafter | None = None, eos_id: int | None = -1,
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
              score_all_nodes: bool | None = None, allow_partial_block: bool = False, max_batch: int | None = None,

@@ -17,6 +17,11 @@ import spot_kernels
 
 from .drafters import Drafter, StaleFeatures
 
+# The default tree shape: `width` frontier nodes expanded per depth, `branch` children drafted per frontier node
+# (measured against other shapes in docs/drafter.md). `budget` caps the nodes kept whatever the shape.
+WIDTH = 4
+BRANCH = 4
+
 
 @dataclass
 class Tree:

@@ -14,6 +14,7 @@ import torch
 
 from ..budgets import device_key, predicted_rate, temperature_key
 from ..decode import generate
+from ..tree import BRANCH, WIDTH
 
 MIN_GAIN = 0.03  # a tree must beat the root alone by 3% on both clocks to be chosen (`choose_measured`)
 
@@ -38,7 +39,8 @@ def time_target_pass(target, block_size: int, nodes: int, prompt_len: int = 256,
 
 
 def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16), max_new_tokens: int = 64,
-         temperature: float = 0.0, width: int = 4, branch: int = 4, min_gain: float = MIN_GAIN, log=print) -> dict:
+         temperature: float = 0.0, width: int = WIDTH, branch: int = BRANCH, min_gain: float = MIN_GAIN,
+         log=print) -> dict:
     """Decode `prompts` with `spot` at every budget (budget 1 is the root alone: standard decoding's cost) and
     return the measurements and the chosen budget (`choose_measured`: the highest measured tokens/s, but a tree
     only where it beats the root alone by `min_gain` on both clocks).

@@ -26,7 +26,7 @@ from spot_kernels import CONFIDENCE_KINDS
 from ..decode import MIN_TEMPERATURE, _score_all_nodes, _stale_features, draft_tree
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
 from ..target import NodeLogits
-from ..tree import Tree
+from ..tree import BRANCH, WIDTH, Tree
 from .layout import active_nodes
 
 STALE_FIELDS = ("topk_probs", "topk_ids", "tokens", "confidence", "masked")
@@ -39,8 +39,8 @@ class SpotOptions:
     drafter: str = "confidence"  # "confidence", "none" (one commit per forward: standard decoding), or a drafter
     # directory / "default" (spot.load_drafter)
     budget: int = 16  # most nodes one forward scores per request, root included
-    width: int = 4
-    branch: int = 4
+    width: int = WIDTH
+    branch: int = BRANCH
     seed: int = 0  # the coupled noise's seed (docs/noise.md); each request's row comes from its rid
     temperature: float = 0.0  # used when a batch carries no sampling info
     confidence: str = "prob"
