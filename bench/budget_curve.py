@@ -63,8 +63,7 @@ def main(argv=None) -> int:
                              "target_passes": passes, "pass_reduction_vs_standard": base_passes / passes,
                              "speedup_vs_standard": base_seconds / seconds, "exact_match_vs_standard": tokens == ref})
                 r = rows[-1]
-                sharp_text = f" sharpness {d.sharpness['sampling' if a.temperature else 'greedy']:g}" \
-                    if method == "spot" else ""
+                sharp_text = f" sharpness {d.sharpness_at(a.temperature):g}" if method == "spot" else ""
                 print(f"{method:<10} budget {budget:>3} shape {width}x{branch}{sharp_text}: {passes:>6} passes  "
                       f"reduction {r['pass_reduction_vs_standard']:.2f}x  "
                       f"wall speedup {r['speedup_vs_standard']:.2f}x  exact {r['exact_match_vs_standard']}", flush=True)

@@ -12,7 +12,6 @@ others out).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -233,9 +232,12 @@ class LearnedDrafter:
         logits = self.model.forward_nodes(self._inputs, node_masked.to(dev), depth_d, resampled, node_row_d)
         return self._sharpened(logits, stale).to(node_masked.device)
 
+    def sharpness_at(self, temperature: float) -> float:
+        """The factor applied when decoding at `temperature` (greedy at 0, sampling above)."""
+        return self.sharpness["sampling" if temperature > 0 else "greedy"]
+
     def _sharpened(self, logits: torch.Tensor, stale: StaleFeatures) -> torch.Tensor:
-        sampling = stale.noise is not None and stale.noise.temperature > 0
-        factor = self.sharpness["sampling" if sampling else "greedy"]
+        factor = self.sharpness_at(stale.noise.temperature if stale.noise is not None else 0.0)
         return logits if factor == 1 else logits * factor
 
 
@@ -319,10 +321,9 @@ def drafter_directory(name) -> Path:
 def load_learned_drafter(directory=WEIGHTS_DIR, name: str = "drafter") -> LearnedDrafter:
     """The `LearnedDrafter` of a drafter directory: its model (`load_order_model`) and the optional
     `tree_sharpness` of its drafter.json (default 1)."""
-    path = Path(directory) / f"{name}.json"
-    model = load_order_model(directory, name)
-    sharpness = json.loads(path.read_text(encoding="utf-8")).get("tree_sharpness", 1.0)
-    return LearnedDrafter(model, _sharpness(f"{path}: tree_sharpness", sharpness))
+    model, meta = _load_order_model(directory, name)
+    sharpness = _sharpness(f"{Path(directory) / name}.json: tree_sharpness", meta.get("tree_sharpness", 1.0))
+    return LearnedDrafter(model, sharpness)
 
 
 def _sharpness(name: str, value) -> dict[str, float]:
@@ -339,10 +340,15 @@ def _sharpness(name: str, value) -> dict[str, float]:
 
 def load_order_model(directory=WEIGHTS_DIR, name: str = "drafter") -> OrderModel:
     """The drafter saved by `save_order_model`, its config and weights checked at load time."""
+    return _load_order_model(directory, name)[0]
+
+
+def _load_order_model(directory, name: str) -> tuple[OrderModel, dict]:
+    """`load_order_model`, and the saved metadata it was built from (drafter.json, read once)."""
     directory = Path(directory)
     state, meta = load_weights(directory, name)
     if "config" not in meta:
         raise ValueError(f"{directory / (name + '.json')}: lacks the drafter's 'config'")
     model = OrderModel(check_order_config(meta["config"], directory / f"{name}.json"))
     load_checked_state(model, state, directory / f"{name}.safetensors")
-    return model.eval()
+    return model.eval(), meta
