@@ -18,7 +18,7 @@ import argparse
 import spot
 from spot.bench import decode_all, write_json
 from spot.prompts import held_out_prompts
-from spot.tree import BRANCH, WIDTH
+from spot.tree import WIDTH, tree_branch
 
 
 def main(argv=None) -> int:
@@ -28,8 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--budgets", default="2,4,8,16,32")
-    ap.add_argument("--shapes", default=f"{WIDTH}x{BRANCH}",
-                    help="tree shapes width x branch, comma-separated (default: the decoder's)")
+    ap.add_argument("--shapes", help="tree shapes width x branch, comma-separated (default: the decoder's width and "
+                                      "each method's branch, spot.tree.tree_branch)")
     ap.add_argument("--methods", default="spot,confidence", help="any of spot,confidence,oracle")
     ap.add_argument("--sharpness", help="comma-separated drafter sharpness values for spot (default: the drafter's)")
     ap.add_argument("--drafter", default="default", help="'default' (shipped) or a drafter directory")
@@ -49,22 +49,23 @@ def main(argv=None) -> int:
     ref, base_passes, base_seconds = standard["tokens"], standard["target_passes"], standard["seconds"]
     rows = []
     print(f"standard: {base_passes} passes, {base_seconds:.1f} s")
-    shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")]
+    shapes = [tuple(int(x) for x in s.split("x")) for s in a.shapes.split(",")] if a.shapes else [(WIDTH, None)]
     for budget in [int(x) for x in a.budgets.split(",")]:
         for width, branch in shapes:
             runs = [(m, s) for m in a.methods.split(",") for s in (sharpness if m == "spot" else [None])]
             for method, sharp in runs:
-                d = drafter if sharp is None else spot.LearnedDrafter(drafter.model, sharp)
+                d = drafter if sharp is None else spot.LearnedDrafter(drafter.model, sharp, drafter.branch)
                 run = decode_all(target, prompts, method, budget=budget, width=width, branch=branch, drafter=d,
                                  standard_orders=standard["orders"], **settings)
+                used = tree_branch(d if method == "spot" else None, branch)  # None: the method's own
                 tokens, passes, seconds = run["tokens"], run["target_passes"], run["seconds"]
-                rows.append({"method": method, "budget": budget, "width": width, "branch": branch,
+                rows.append({"method": method, "budget": budget, "width": width, "branch": used,
                              "sharpness": d.sharpness if method == "spot" else None,
                              "target_passes": passes, "pass_reduction_vs_standard": base_passes / passes,
                              "speedup_vs_standard": base_seconds / seconds, "exact_match_vs_standard": tokens == ref})
                 r = rows[-1]
                 sharp_text = f" sharpness {d.sharpness_at(a.temperature):g}" if method == "spot" else ""
-                print(f"{method:<10} budget {budget:>3} shape {width}x{branch}{sharp_text}: {passes:>6} passes  "
+                print(f"{method:<10} budget {budget:>3} shape {width}x{used}{sharp_text}: {passes:>6} passes  "
                       f"reduction {r['pass_reduction_vs_standard']:.2f}x  "
                       f"wall speedup {r['speedup_vs_standard']:.2f}x  exact {r['exact_match_vs_standard']}", flush=True)
     if a.json:

@@ -205,6 +205,39 @@ def test_sharpness_scales_the_logits_and_is_read_from_drafter_json(tmp_path):
         LearnedDrafter(model, float("nan"))
 
 
+def test_a_drafter_carries_its_tree_branch(tmp_path, target, monkeypatch):
+    """drafter.json's optional `tree_branch` becomes LearnedDrafter.branch (bad values refused, naming the file);
+    `generate` grows spot's trees with it unless given a branch, `confidence` keeps spot.tree.BRANCH, and an
+    online wrapper passes its base's on. The tokens are standard's whatever the branch."""
+    model = small_model(4)
+    save_order_model(model, tmp_path, extra={"tree_branch": 7})
+    drafter = spot.load_drafter(str(tmp_path))
+    assert drafter.branch == 7 and spot.OnlineCalibrated(drafter).branch == 7
+    assert spot.tree.tree_branch(drafter) == 7 and spot.tree.tree_branch(drafter, 2) == 2
+    assert spot.tree.tree_branch(LearnedDrafter(model)) == spot.tree.BRANCH == spot.tree.tree_branch(None)
+    seen = []
+    real = spot.decode.grow_tree
+
+    def recording(*args, **kw):
+        seen.append(kw["branch"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(spot.decode, "grow_tree", recording)
+    kw = dict(max_new_tokens=8, block_size=4, eos_id=None, budget=6)
+    ref = spot.generate(target, PROMPTS, "standard", **kw)
+    for method, extra, want in (("spot", {"drafter": drafter}, 7), ("spot", {"drafter": drafter, "branch": 3}, 3),
+                                ("spot", {"drafter": LearnedDrafter(model)}, spot.tree.BRANCH),
+                                ("confidence", {}, spot.tree.BRANCH)):
+        seen.clear()
+        out = spot.generate(target, PROMPTS, method, **extra, **kw)
+        assert out.tokens == ref.tokens and seen and set(seen) == {want}, (method, extra)
+    for bad in (0, 2.0, True, "4"):
+        meta = json.loads((tmp_path / "drafter.json").read_text())
+        (tmp_path / "drafter.json").write_text(json.dumps({**meta, "tree_branch": bad}))
+        with pytest.raises(ValueError, match="drafter.json: tree_branch"):
+            spot.load_drafter(str(tmp_path))
+
+
 def test_load_drafter_missing(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="drafter"):
         spot.load_drafter(str(tmp_path))

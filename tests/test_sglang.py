@@ -265,6 +265,10 @@ def test_options_are_checked():
     with pytest.raises(ValueError, match="temperature"):
         SpotOptions.from_mapping({"temperature": -1})
     assert SpotOptions.from_mapping({"block_size": 32, "budget": 4}).budget == 4
+    # branch: the drafter's own unless given (spot.tree.tree_branch), else an int >= 1
+    assert SpotOptions.from_mapping({}).branch is None and SpotOptions.from_mapping({"branch": 8}).branch == 8
+    with pytest.raises(ValueError, match="branch"):
+        SpotOptions.from_mapping({"branch": 0})
 
 
 def test_sync_mode_decodes_a_block_in_one_call():

@@ -69,3 +69,29 @@ def test_pruning_saves_drafter_rows_on_deep_trees():
                   rows=torch.arange(b), temperature=0.0, mask_id=MASK, prune=prune)
         counts[prune] = drafter.rows
     assert counts[True] < 0.8 * counts[False], counts
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_wider_branch_changes_no_tree_of_budget_up_to_branch_plus_one(temperature):
+    """A node with r - 1 more probable siblings has r - 1 nodes besides its ancestors at least as probable (and
+    older): past rank budget - 1 it cannot be kept. So budget <= branch + 1 keeps the same tree with any larger
+    branch (why tree_branch 8 leaves the tuned budgets 1 and 2 unchanged); bigger budgets may differ."""
+    b, B, K = 3, 12, 4
+    root = torch.full((b, B), MASK)
+    root[1, :3] = 9
+    step = (root != MASK).sum(1)
+    differs = False
+
+    class Flat(NodeHashDrafter):  # flatter logits: later siblings compete with deeper nodes
+        def position_logits(self, *args):
+            return super().position_logits(*args) / 20
+
+    for budget in (1, 2, 3, 5, 16):
+        trees = [grow_tree(root, step, stale_features(b, B, K, seed=budget), Flat(B, seed=4), budget=budget,
+                           width=4, branch=branch, seed=5, rows=torch.arange(b), temperature=temperature,
+                           mask_id=MASK) for branch in (4, 8)]
+        same = all(torch.equal(getattr(trees[0], n), getattr(trees[1], n))
+                   for n in ("states", "parents", "positions", "tokens", "depth"))
+        assert same or budget > 5, budget
+        differs |= not same
+    assert differs, "branch 8 never changed a tree: the test cannot tell the two apart"

@@ -9,7 +9,7 @@ import sys
 from .bench import check_writable, format_report, random_prompts, run_bench, warm_up, write_json
 from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .loading import DTYPES, load_target
-from .tree import BRANCH, WIDTH
+from .tree import BRANCH, WIDTH, tree_branch
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
@@ -60,7 +60,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "'auto': the one `spot build tune` measured fastest for this device, block size and "
                    "temperature (T = 0 or T > 0)")
     p.add_argument("--width", type=int, default=WIDTH, help="frontier nodes expanded per depth")
-    p.add_argument("--branch", type=int, default=BRANCH, help="children drafted per frontier node")
+    p.add_argument("--branch", type=int, help="children drafted per frontier node (default: the drafter's own "
+                   f"tree_branch, else {BRANCH})")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
     p.add_argument("--methods", default="standard,confidence,spot",
                    help=f"comma-separated subset of {','.join(METHODS)}")
@@ -102,8 +103,8 @@ def _check_settings(target, prompts, settings: dict) -> None:
     s = dict(settings)
     try:
         _check_args(target, prompts, "standard", s.pop("max_new_tokens"), s.pop("block_size"), s.pop("temperature"),
-                    s.pop("seed"), s.pop("budget"), s.pop("width"), s.pop("branch"), None, s.pop("confidence"), 32,
-                    s.pop("eos_id"), None, s.pop("allow_partial_block"))
+                    s.pop("seed"), s.pop("budget"), s.pop("width"), tree_branch(None, s.pop("branch")), None,
+                    s.pop("confidence"), 32, s.pop("eos_id"), None, s.pop("allow_partial_block"))
     except (TypeError, ValueError) as e:
         message = re.sub(r"\b(" + "|".join(_FLAGS) + r")\b(=True)?", lambda m: "--" + m[1].replace("_", "-"),
                          str(e))

@@ -23,7 +23,7 @@ from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .target import NodeLogits, Target, memory_limit_bytes, warn_if_not_batch_invariant
-from .tree import BRANCH, WIDTH, Tree, grow_tree
+from .tree import WIDTH, Tree, grow_tree, tree_branch
 
 METHODS = ("standard", "confidence", "spot", "oracle")
 
@@ -59,14 +59,15 @@ class GenerateOutput:
 
 def generate(target: Target, prompts, method: str = "standard", *, max_new_tokens: int = 256,
              block_size: int = 32, temperature: float = 0.0, seed: int = 0, budget: int = 16,
-             width: int = WIDTH, branch: int = BRANCH, drafter: Drafter | None = None, eos_id: int | None = -1,
+             width: int = WIDTH, branch: int | None = None, drafter: Drafter | None = None, eos_id: int | None = -1,
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
              score_all_nodes: bool | None = None, allow_partial_block: bool = False, max_batch: int | None = None,
              lockstep: bool = False) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
-    budget: the most nodes (root included) one verification pass may score; width/branch shape the tree.
+    budget: the most nodes (root included) one verification pass may score; width/branch shape the tree (branch
+    None: the spot drafter's own `branch`, else spot.tree.BRANCH).
     drafter: the order drafter for method="spot"; one with an `observe(stale, root_masked, accepted_pos, n_acc,
     rows)` method is also handed every pass's commits (spot.online.OnlineCalibrated learns from them).
     eos_id: stop id (-1: the target's own; None: never stop).
@@ -92,6 +93,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     scaled logits overflow); integers may be Python or NumPy integers, never bools; rows lie in [0, 2**32) (the
     coupled noise reads their low 32 bits, docs/noise.md); eos_id is None, -1 or an id of the vocabulary.
     """
+    branch = tree_branch(drafter if method == "spot" else None, branch)
     prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows = _check_args(
         target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch, drafter,
         confidence, top_k, eos_id, rows, allow_partial_block)

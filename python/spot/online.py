@@ -136,6 +136,11 @@ class OnlineCalibrated:
         return base, self._hidden
 
     @property
+    def branch(self):
+        """The base drafter's tree branch (`spot.tree.tree_branch`)."""
+        return getattr(self.base, "branch", None)
+
+    @property
     def model(self):
         """The base drafter's model (so `generate` checks its block and vocabulary limits as for the base)."""
         return getattr(self.base, "model", None)

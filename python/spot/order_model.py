@@ -184,14 +184,17 @@ class LearnedDrafter:
     stale feature columns, token embeddings and, per sequence and depth, the resampled probabilities) is computed
     once per pass and per sequence, not once per frontier node and depth."""
 
-    def __init__(self, model: OrderModel, sharpness: float | dict = 1.0):
+    def __init__(self, model: OrderModel, sharpness: float | dict = 1.0, branch: int | None = None):
         """sharpness: `position_logits` returns the model's logits times this: one number, or {"greedy": g,
         "sampling": s} for T = 0 and T > 0 apart. A tree ranks its nodes by the product of their drafted
         probabilities along the path, as if the drafter's errors at successive depths were independent; they are
         not (a block it reads well at depth 0 it tends to read well deeper down), so a sharper distribution (> 1)
         grows deeper chains along its first choices and fewer siblings. Which value is best is measured: the shipped
-        drafter's (`tree_sharpness` in its drafter.json) came from held-out prompts (docs/drafter.md)."""
+        drafter's (`tree_sharpness` in its drafter.json) came from held-out prompts (docs/drafter.md).
+        branch: the children per frontier node its trees draft when `generate` is given none (None: the decoder's
+        default, spot.tree.BRANCH; `tree_branch` in drafter.json)."""
         self.model = model.eval()
+        self.branch = _positive_int("branch", branch)
         self.sharpness = _sharpness("sharpness", sharpness)
         self._stale = self._inputs = None  # the StaleFeatures last seen and what was computed from them
 
@@ -320,10 +323,17 @@ def drafter_directory(name) -> Path:
 
 def load_learned_drafter(directory=WEIGHTS_DIR, name: str = "drafter") -> LearnedDrafter:
     """The `LearnedDrafter` of a drafter directory: its model (`load_order_model`) and the optional
-    `tree_sharpness` of its drafter.json (default 1)."""
+    `tree_sharpness` (default 1) and `tree_branch` (default: the decoder's) of its drafter.json."""
     model, meta = _load_order_model(directory, name)
-    sharpness = _sharpness(f"{Path(directory) / name}.json: tree_sharpness", meta.get("tree_sharpness", 1.0))
-    return LearnedDrafter(model, sharpness)
+    where = f"{Path(directory) / name}.json"
+    sharpness = _sharpness(f"{where}: tree_sharpness", meta.get("tree_sharpness", 1.0))
+    return LearnedDrafter(model, sharpness, _positive_int(f"{where}: tree_branch", meta.get("tree_branch")))
+
+
+def _positive_int(name: str, value) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
+    return value
 
 
 def _sharpness(name: str, value) -> dict[str, float]:

@@ -23,6 +23,14 @@ WIDTH = 4
 BRANCH = 4
 
 
+def tree_branch(drafter, branch: int | None = None) -> int:
+    """The children drafted per frontier node: `branch` when given, else the drafter's own (`drafter.branch`, a
+    learned drafter's `tree_branch` in its drafter.json), else BRANCH."""
+    if branch is not None:
+        return branch
+    return getattr(drafter, "branch", None) or BRANCH
+
+
 @dataclass
 class Tree:
     """A batch of trees, node 0 the root, parents before children. All [batch, N] except states."""

@@ -219,7 +219,7 @@ def cmd_tune(a) -> int:
     from .. import load_drafter
     from ..loading import load_target
     from .prompts import TUNE_POOL, build_prompts
-    from ..tree import BRANCH, WIDTH
+    from ..tree import WIDTH
     from .tune import MIN_GAIN, save_tuning, tune
 
     out = _output(a.out, a)
@@ -235,7 +235,7 @@ def cmd_tune(a) -> int:
             result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
                           max_new_tokens=a.max_new_tokens, temperature=T,
                           width=WIDTH if a.width is None else a.width,
-                          branch=BRANCH if a.branch is None else a.branch,
+                          branch=a.branch,
                           min_gain=MIN_GAIN if a.min_gain is None else a.min_gain)
             print(f"chosen budget for B={B}, T={T:g}: {result['budget']}")
             if not a.dry_run:
@@ -370,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="temperatures to tune at (--budget auto reads T = 0's for T = 0, the nearest positive one's "
                         "for T > 0)")
     s.add_argument("--width", type=int, help="frontier nodes per depth (default: the decoder's, spot.tree.WIDTH)")
-    s.add_argument("--branch", type=int, help="children per frontier node (default: the decoder's, spot.tree.BRANCH)")
+    s.add_argument("--branch", type=int,
+                   help="children per frontier node (default: the drafter's own, else spot.tree.BRANCH)")
     s.add_argument("--min-gain", type=float,
                    help="a tree is chosen only if it beats the root alone by this fraction on the wall and CPU clocks "
                         "(default 0.03, spot.build.tune.MIN_GAIN)")

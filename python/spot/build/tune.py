@@ -14,7 +14,7 @@ import torch
 
 from ..budgets import device_key, predicted_rate, temperature_key
 from ..decode import generate
-from ..tree import BRANCH, WIDTH
+from ..tree import WIDTH, tree_branch
 
 MIN_GAIN = 0.03  # a tree must beat the root alone by 3% on both clocks to be chosen (`choose_measured`)
 
@@ -39,7 +39,7 @@ def time_target_pass(target, block_size: int, nodes: int, prompt_len: int = 256,
 
 
 def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16), max_new_tokens: int = 64,
-         temperature: float = 0.0, width: int = WIDTH, branch: int = BRANCH, min_gain: float = MIN_GAIN,
+         temperature: float = 0.0, width: int = WIDTH, branch: int | None = None, min_gain: float = MIN_GAIN,
          log=print) -> dict:
     """Decode `prompts` with `spot` at every budget (budget 1 is the root alone: standard decoding's cost) and
     return the measurements and the chosen budget (`choose_measured`: the highest measured tokens/s, but a tree
@@ -51,6 +51,7 @@ def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16),
     jobs held the core). Also recorded, to explain the choice: commits per pass c(N), the timed pass t(N)
     (`time_target_pass`) and the drafting + verification o(N) per pass."""
     budgets = sorted(set(budgets))
+    branch = tree_branch(drafter, branch)
     seconds, cpu_seconds = dict.fromkeys(budgets, 0.0), dict.fromkeys(budgets, 0.0)
     tokens, passes = dict.fromkeys(budgets, 0), dict.fromkeys(budgets, 0)
     stages = {n: Counter() for n in budgets}

@@ -26,7 +26,7 @@ from spot_kernels import CONFIDENCE_KINDS
 from ..decode import MIN_TEMPERATURE, _score_all_nodes, _stale_features, draft_tree
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
 from ..target import NodeLogits
-from ..tree import BRANCH, WIDTH, Tree
+from ..tree import WIDTH, Tree, tree_branch
 from .layout import active_nodes
 
 STALE_FIELDS = ("topk_probs", "topk_ids", "tokens", "confidence", "masked")
@@ -40,7 +40,7 @@ class SpotOptions:
     # directory / "default" (spot.load_drafter)
     budget: int = 16  # most nodes one forward scores per request, root included
     width: int = WIDTH
-    branch: int = BRANCH
+    branch: int | None = None  # None: the drafter's own (spot.tree.tree_branch)
     seed: int = 0  # the coupled noise's seed (docs/noise.md); each request's row comes from its rid
     temperature: float = 0.0  # used when a batch carries no sampling info
     confidence: str = "prob"
@@ -60,6 +60,8 @@ class SpotOptions:
         out = cls(**cfg)
         for name in ("budget", "width", "branch", "top_k", "max_tree_tokens"):
             v = getattr(out, name)
+            if name == "branch" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Spot: {name} must be an int >= 1, got {v!r}")
         if isinstance(out.seed, bool) or not isinstance(out.seed, int) or not 0 <= out.seed < 2**63:
@@ -222,7 +224,8 @@ def _run(options: SpotOptions, drafter, rows: torch.Tensor, temperature: float, 
     """The slice of `decode._Run` that `draft_tree`, `_score_all_nodes` and `_stale_features` read."""
     return SimpleNamespace(target=SimpleNamespace(mask_id=mask_id), drafter=drafter, seed=options.seed, rows=rows,
                            temperature=temperature, confidence=options.confidence, top_k=options.top_k,
-                           backend=options.backend, budget=options.budget, width=options.width, branch=options.branch)
+                           backend=options.backend, budget=options.budget, width=options.width,
+                           branch=tree_branch(drafter, options.branch))
 
 
 def _stack_stale(per_request: list, block_start: torch.Tensor, run, step: torch.Tensor) -> StaleFeatures:
