@@ -43,16 +43,18 @@ def test_bench_spot_with_a_drafter_directory(tmp_path, monkeypatch):
     from spot.order_model import OrderModel, OrderModelConfig, save_order_model
 
     torch.manual_seed(0)
-    save_order_model(OrderModel(OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)), tmp_path / "d")
+    save_order_model(OrderModel(OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)), tmp_path / "d",
+                     extra={"tree_branch": 6})
     loaded, real = [], spot.load_drafter
     monkeypatch.setattr(spot, "load_drafter", lambda name, device: loaded.append((name, device)) or real(name))
     args = ["bench", "--target", "random", "--num-prompts", "2", "--max-new-tokens", "8", "--block-size", "4",
-            "--budget", "4", "--methods", "standard,spot", "--quiet"]
+            "--budget", "4", "--methods", "standard,spot,confidence", "--quiet"]
     assert main([*args, "--drafter", str(tmp_path / "d"), "--json", str(tmp_path / "r.json")]) == 0
     assert loaded == [(str(tmp_path / "d"), "cpu")]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["methods"]["spot"]["exact_match_vs_standard"] is True
     assert report["settings"]["drafter"] == str(tmp_path / "d")
+    assert report["settings"]["branch"] == {"spot": 6, "confidence": spot.tree.BRANCH}  # each method's own
     monkeypatch.setattr(spot, "load_drafter", real)
     with pytest.raises(FileNotFoundError, match="no order drafter"):
         main([*args, "--drafter", str(tmp_path / "missing")])

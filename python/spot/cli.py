@@ -250,8 +250,15 @@ def cmd_bench(a) -> int:
     settings = _settings(a)
     for budget in budgets or [settings["budget"]]:
         _check_settings(target, prompts, {**settings, "budget": budget})
-    report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=_drafter(methods, a),
-                       progress=not a.quiet, budgets=budgets, **settings)
+    drafter = _drafter(methods, a)
+    report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=drafter, progress=not a.quiet,
+                       budgets=budgets, **settings)
+    if a.branch is None:  # each method grew its own: {method: branch}
+        drafters = drafter if isinstance(drafter, dict) else {None: drafter}
+        report["settings"]["branch"] = {
+            name: tree_branch(drafters.get(name[5:-1] if name.startswith("spot[") else None)
+                              if name.startswith("spot") else None)
+            for name in report["methods"] if name != "standard"}
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
