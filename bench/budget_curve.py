@@ -32,11 +32,13 @@ def main(argv=None) -> int:
                                       "each method's branch, spot.tree.tree_branch)")
     ap.add_argument("--methods", default="spot,confidence", help="any of spot,confidence,oracle")
     ap.add_argument("--sharpness", help="comma-separated drafter sharpness values for spot (default: the drafter's)")
-    ap.add_argument("--drafter", default="default", help="'default' (shipped) or a drafter directory")
+    ap.add_argument("--drafter", default="default",
+                    help="'default', 'portable' (shipped), NAME+online, or a drafter directory")
+    ap.add_argument("--target", default="default", help="'default' (embedded), 'target2', or a weights directory")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    target = spot.load_target(dtype=a.dtype)
+    target = spot.load_target(a.target, dtype=a.dtype)
     drafter = spot.load_drafter(a.drafter)
     sharpness = [float(x) for x in a.sharpness.split(",")] if a.sharpness else [None]
     if a.sharpness and not isinstance(drafter, spot.LearnedDrafter):
@@ -60,16 +62,18 @@ def main(argv=None) -> int:
                 used = tree_branch(d if method == "spot" else None, branch)  # None: the method's own
                 tokens, passes, seconds = run["tokens"], run["target_passes"], run["seconds"]
                 rows.append({"method": method, "budget": budget, "width": width, "branch": used,
-                             "sharpness": d.sharpness if method == "spot" else None,
+                             "sharpness": getattr(d, "sharpness", None) if method == "spot" else None,
                              "target_passes": passes, "pass_reduction_vs_standard": base_passes / passes,
                              "speedup_vs_standard": base_seconds / seconds, "exact_match_vs_standard": tokens == ref})
                 r = rows[-1]
-                sharp_text = f" sharpness {d.sharpness_at(a.temperature):g}" if method == "spot" else ""
+                sharp_text = f" sharpness {d.sharpness_at(a.temperature):g}" if hasattr(d, "sharpness_at") \
+                    and method == "spot" else ""
                 print(f"{method:<10} budget {budget:>3} shape {width}x{used}{sharp_text}: {passes:>6} passes  "
                       f"reduction {r['pass_reduction_vs_standard']:.2f}x  "
                       f"wall speedup {r['speedup_vs_standard']:.2f}x  exact {r['exact_match_vs_standard']}", flush=True)
     if a.json:
-        write_json({"settings": {**settings, "num_prompts": len(prompts), "dtype": a.dtype, "drafter": a.drafter},
+        write_json({"settings": {**settings, "num_prompts": len(prompts), "dtype": a.dtype, "drafter": a.drafter,
+                                 "target": a.target},
                     "standard_passes": base_passes, "standard_seconds": base_seconds, "runs": rows}, a.json)
     return 0
 

@@ -22,6 +22,8 @@ def script(name: str):
                    "--repeats", "1"]),
     ("budget_curve", ["--num-prompts", "1", "--max-new-tokens", "8", "--block-size", "8", "--budgets", "2,4",
                       "--methods", "spot,confidence,oracle", "--sharpness", "1,1.5"]),
+    ("budget_curve", ["--num-prompts", "1", "--max-new-tokens", "8", "--block-size", "8", "--budgets", "4",
+                      "--methods", "spot", "--target", "target2", "--drafter", "portable+online"]),
     ("batching", ["--prompts", "2", "--stream", "3", "--width", "2", "--max-new-tokens", "32"]),
     ("online_accuracy", ["--num-prompts", "2", "--max-new-tokens", "16", "--block-size", "8", "--budget", "4"]),
 ])
