@@ -253,12 +253,10 @@ def cmd_bench(a) -> int:
     drafter = _drafter(methods, a)
     report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=drafter, progress=not a.quiet,
                        budgets=budgets, **settings)
-    if a.branch is None:  # each method grew its own: {method: branch}
-        drafters = drafter if isinstance(drafter, dict) else {None: drafter}
-        report["settings"]["branch"] = {
-            name: tree_branch(drafters.get(name[5:-1] if name.startswith("spot[") else None)
-                              if name.startswith("spot") else None)
-            for name in report["methods"] if name != "standard"}
+    if a.branch is None:  # each method grew its trees with its own branch: {method: branch}
+        own = drafter if isinstance(drafter, dict) else {"": drafter}  # "spot[NAME]"[5:-1] = NAME, "spot"[5:-1] = ""
+        report["settings"]["branch"] = {name: tree_branch(own.get(name[5:-1]) if name.startswith("spot") else None)
+                                        for name in report["methods"] if name != "standard"}
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
