@@ -5,30 +5,16 @@ Importing this package registers the ops: their schemas and Python wrappers come
 loads; set SPOT_NO_EXTENSION=1 to skip the extension. See docs/ops.md for the contract of each op.
 """
 
-import os
-import warnings
-
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-# No placeholder `_C = None` here: `from . import _C` would return the attribute instead of importing the module.
-HAS_C_EXTENSION = False
-if os.environ.get("SPOT_NO_EXTENSION", "") != "1":
-    try:
-        from . import _C  # noqa: F401  (loading it registers the C++ kernels)
-
-        HAS_C_EXTENSION = True
-    except ImportError as err:
-        if not (isinstance(err, ModuleNotFoundError) and err.name == f"{__name__}._C"):
-            # Built but unloadable (e.g. a torch ABI mismatch): say so instead of silently losing the kernels.
-            warnings.warn(f"spot_kernels._C failed to load ({err}); running without its kernels", stacklevel=2)
-
-from . import registry  # noqa: E402
-from .backends import BackendUnavailable, available_backends  # noqa: E402
-from .ops import OPS  # noqa: E402
-from .ops.noise import noise_uniform  # noqa: E402
-from .ops.score import CONFIDENCE_KINDS, ScoreOutput, score  # noqa: E402
-from .ops.select_children import ChildSelection, select_children  # noqa: E402
-from .ops.tree_attention import (  # noqa: E402
+from . import registry
+from .extension import HAS_C_EXTENSION
+from .backends import BackendUnavailable, available_backends
+from .ops import OPS
+from .ops.noise import noise_uniform
+from .ops.score import CONFIDENCE_KINDS, ScoreOutput, score
+from .ops.select_children import ChildSelection, select_children
+from .ops.tree_attention import (
     tree_attention,
     tree_mask,
     tree_mask_additive,
@@ -36,7 +22,7 @@ from .ops.tree_attention import (  # noqa: E402
     tree_mask_packed,
     tree_position_ids,
 )
-from .ops.verify_tree import VerifyOutput, verify_tree  # noqa: E402
+from .ops.verify_tree import VerifyOutput, verify_tree
 
 _libraries = registry.register(OPS.values())  # kept alive: registrations die with them
 

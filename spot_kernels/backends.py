@@ -21,6 +21,9 @@ from typing import Callable
 
 import torch
 
+from . import extension
+from .ops import FAMILIES
+
 BACKENDS = ("reference", "triton", "cuda", "cpu")
 _CHOICES = ("auto",) + BACKENDS
 # Backends written in Python: the package holding their family modules.
@@ -38,12 +41,6 @@ class BackendUnavailable(RuntimeError):
     """The requested backend cannot run this call (wrong device, not built, not installed, or no kernel yet)."""
 
 
-def _families() -> dict[str, str]:
-    from .ops import FAMILIES  # the op modules import this one: look them up at call time
-
-    return FAMILIES
-
-
 def _load(backend: str, family: str) -> dict[str, Callable]:
     if backend in MODULE_BACKENDS:
         package = MODULE_BACKENDS[backend]
@@ -55,7 +52,7 @@ def _load(backend: str, family: str) -> dict[str, Callable]:
                 raise  # a kernel file that fails to import is a bug, not a missing kernel
             return {}
     key = EXTENSION_BACKENDS[backend]
-    ops = [op for op, fam in _families().items() if fam == family]
+    ops = [op for op, fam in FAMILIES.items() if fam == family]
     return {op: getattr(torch.ops.spot, f"_{op}_{backend}") for op in ops
             if torch._C._dispatch_has_kernel_for_dispatch_key(f"spot::_{op}_{backend}", key)}
 
@@ -70,19 +67,11 @@ def kernels(backend: str, family: str) -> dict[str, Callable]:
 
 def register(op: str, backend: str, fn: Callable) -> None:
     """Put `fn` in the `backend` table as the implementation of `spot::<op>` (replacing the one there)."""
-    families = _families()
-    if op not in families:
-        raise ValueError(f"register: unknown op {op!r}; expected one of {sorted(families)}")
+    if op not in FAMILIES:
+        raise ValueError(f"register: unknown op {op!r}; expected one of {sorted(FAMILIES)}")
     if backend not in BACKENDS:
         raise ValueError(f"register: unknown backend {backend!r}; expected one of {BACKENDS}")
-    kernels(backend, families[op])[op] = fn
-
-
-def _c_extension():
-    """spot_kernels._C when it was loaded at import, else None."""
-    import spot_kernels
-
-    return getattr(spot_kernels, "_C", None) if spot_kernels.HAS_C_EXTENSION else None
+    kernels(backend, FAMILIES[op])[op] = fn
 
 
 def triton_importable() -> bool:
@@ -101,7 +90,7 @@ def _unavailable(backend: str, device: torch.device) -> str:
         key = EXTENSION_BACKENDS[backend]
         if device.type != key.lower():
             return f"{backend} backend needs {key} tensors, got {device.type} tensors"
-        ext = _c_extension()
+        ext = extension.C if extension.HAS_C_EXTENSION else None
         if ext is None:
             return f"{backend} backend: spot_kernels._C is not loaded (extension not built or SPOT_NO_EXTENSION=1)"
         if not getattr(ext, f"WITH_{key}", 0):
@@ -113,7 +102,7 @@ def _kernel(op: str, backend: str, device: torch.device) -> tuple[Callable | Non
     reason = _unavailable(backend, device)
     if reason:
         return None, reason
-    fn = kernels(backend, _families()[op]).get(op)
+    fn = kernels(backend, FAMILIES[op]).get(op)
     if fn is None:
         return None, f"{backend} backend: no kernel for spot::{op} yet"
     return fn, ""
@@ -147,7 +136,7 @@ def resolve(op: str, device: torch.device, backend: str = "auto") -> Callable:
     if name != "auto":
         fn, reason = _kernel(op, name, device)
         if fn is None and name == "cpu" and source == "SPOT_BACKEND" and not _unavailable("cpu", device):
-            fn = kernels("reference", _families()[op]).get(op)
+            fn = kernels("reference", FAMILIES[op]).get(op)
         if fn is None:
             raise BackendUnavailable(f"{reason} (requested by {source})")
         return fn
@@ -169,9 +158,8 @@ def available_backends(op: str | None = None, device: str | torch.device | None 
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    families = _families()
-    ops = [op] if op is not None else list(families)
+    ops = [op] if op is not None else list(FAMILIES)
     for name in ops:
-        if name not in families:
-            raise ValueError(f"available_backends: unknown op {name!r}; expected one of {sorted(families)}")
+        if name not in FAMILIES:
+            raise ValueError(f"available_backends: unknown op {name!r}; expected one of {sorted(FAMILIES)}")
     return [b for b in _PREFERENCE if any(_kernel(o, b, device)[0] for o in ops)]

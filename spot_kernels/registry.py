@@ -1,7 +1,7 @@
 """Registration of the `torch.ops.spot.*` ops: one generic loop over the op definitions of spot_kernels/ops/.
 
-Each op family module (spot_kernels/ops/<family>.py) lists its ops as `OpDef`s: the schema string, the argument
-check and the fake implementation. From those this module defines, once and only here:
+Each op family module (spot_kernels/ops/<family>.py) lists its ops as `OpDef`s (spot_kernels/opdef.py): the schema
+string, the argument check and the fake implementation. From those this module defines, once and only here:
   - the public schema `spot::<op>` (every public schema ends with `str backend="auto"`);
   - for each extension backend (backends.EXTENSION_BACKENDS, today "cuda"), the private schema
     `spot::_<op>_<backend>`: the public schema without `backend`, renamed. csrc/cuda/<family>.cu only registers
@@ -13,43 +13,21 @@ check and the fake implementation. From those this module defines, once and only
   - the fake implementation, which runs the same check without the value checks.
 The ops define no autograd formula (decoding runs without gradients; integer outputs are not differentiable).
 
-Validation happens once per call: in the router, whether the call came through a Python wrapper
-(spot_kernels.score, ...) or straight through torch.ops.spot.<op>. `call`, which the wrappers use, only looks at
-the Python types of the arguments: a value the dispatcher would reject or silently convert (a list for a Tensor,
-2**64 or True for an int) never reaches the router, so there the same check runs instead, and raises the op's own
-error rather than the dispatcher's.
+Validation happens once per call, in the router, whether the call came through a Python wrapper (spot_kernels.score,
+...; see spot_kernels/opdef.py, `call`) or straight through torch.ops.spot.<op>.
 """
 
 from __future__ import annotations
 
-import numbers
 import warnings
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
-from . import backends, checks
+from . import backends, opdef
+from .opdef import OpDef
 
 NAMESPACE = "spot"
 _BACKEND_ARG = ', str backend="auto")'
-
-
-@dataclass(frozen=True)
-class OpDef:
-    """One op: its schema string, its argument check and its fake (meta) implementation.
-
-    check(*args, values) takes the schema arguments without `backend`, raises on bad input (value-range checks only
-    when `values`) and returns the device of the tensors. fake(*args, backend="auto") returns empty outputs.
-    """
-
-    schema: str
-    check: Callable
-    fake: Callable
-
-    @property
-    def name(self) -> str:
-        return self.schema.split("(", 1)[0]
 
 
 def private_schema(schema: str, backend: str) -> str:
@@ -58,12 +36,6 @@ def private_schema(schema: str, backend: str) -> str:
     if rest.count(_BACKEND_ARG) != 1:
         raise ValueError(f"the schema of {name} must end its arguments with {_BACKEND_ARG!r}: {schema}")
     return f"_{name}_{backend}(" + rest.replace(_BACKEND_ARG, ")")
-
-
-_DEFS: dict[str, OpDef] = {}
-# op -> ((argument name, schema type), ...), filled by register() so that torch.compile traces `call` as plain
-# dictionary lookups and isinstance tests.
-_KINDS: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 def define_schemas(defs, namespace: str = NAMESPACE, public: bool = True,
@@ -119,49 +91,7 @@ def register(defs) -> list[torch.library.Library]:
     schema_lib = define_schemas(defs)
     impl_lib = torch.library.Library(NAMESPACE, "IMPL")
     for d in defs:
-        _DEFS[d.name] = d
-        args = getattr(torch.ops.spot, d.name).default._schema.arguments
-        _KINDS[d.name] = tuple((a.name, str(a.real_type).replace("Optional[float]", "float?")) for a in args)
+        opdef.bind(d, getattr(torch.ops.spot, d.name).default._schema.arguments)
         impl_lib.impl(d.name, _router(d), "CompositeExplicitAutograd")
         torch.library.register_fake(f"{NAMESPACE}::{d.name}", d.fake, lib=impl_lib)
     return [schema_lib, impl_lib]
-
-
-# ------------------------------------------------------------------------------------------- Python wrappers
-
-def _convertible(kind: str, value) -> bool:
-    """Whether the dispatcher takes `value` for a schema argument of type `kind` as it is."""
-    if kind == "Tensor":
-        return isinstance(value, torch.Tensor)
-    if kind == "int":
-        return isinstance(value, torch.SymInt) or (isinstance(value, numbers.Integral) and not isinstance(value, bool)
-                                                   and -(1 << 63) <= value < (1 << 63))
-    if kind == "float":
-        return isinstance(value, (numbers.Real, torch.SymFloat, torch.SymInt)) and not isinstance(value, bool)
-    if kind == "float?":
-        return value is None or _convertible("float", value)
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "ScalarType":
-        return isinstance(value, torch.dtype)
-    return True
-
-
-def call(op: str, *args):
-    """torch.ops.spot.<op>(*args), args being every schema argument in order (backend last).
-
-    The router validates the call. An argument the dispatcher would reject or convert is reported here instead,
-    by the op's own check (see the module docstring), so that it reads like any other argument error.
-    """
-    for (name, kind), value in zip(_KINDS[op], args):
-        if not _convertible(kind, value):
-            _explain(op, args)
-            break
-    return getattr(torch.ops.spot, op)(*args)
-
-
-def _explain(op: str, args: tuple) -> None:
-    kinds = _KINDS[op]
-    checks.tensor_args(op, **{name: v for (name, kind), v in zip(kinds, args) if kind == "Tensor"})
-    _DEFS[op].check(*args[:-1], values=True)
-    # Nothing to say (e.g. an int beyond int64 where any int >= 0 is valid): the dispatcher's error stands.

@@ -20,7 +20,7 @@ import torch
 from torch.library import opcheck
 
 import spot_kernels
-from spot_kernels import backends, checks, registry
+from spot_kernels import backends, checks, extension, registry
 from spot_kernels.ops import FAMILIES, SCHEMAS
 
 from helpers import (CPU_OPS, I64, ON_GPU, WITH_CPU, WITH_CUDA, capture, children_inputs, gpu_only, needs_cpu_build,
@@ -282,11 +282,11 @@ def test_cuda_reasons(monkeypatch):
     monkeypatch.setitem(backends._tables, ("cuda", "score"), {})  # as if csrc/cuda had no kernel for score
     if spot_kernels.HAS_C_EXTENSION and spot_kernels._C.WITH_CUDA:
         assert backends._kernel("score", "cuda", cuda) == (None, "cuda backend: no kernel for spot::score yet")
-    monkeypatch.setattr(spot_kernels, "_C", type("FakeC", (), {"WITH_CUDA": 0}), raising=False)
-    monkeypatch.setattr(spot_kernels, "HAS_C_EXTENSION", True)
+    monkeypatch.setattr(extension, "C", type("FakeC", (), {"WITH_CUDA": 0}))
+    monkeypatch.setattr(extension, "HAS_C_EXTENSION", True)
     assert backends._kernel("score", "cuda", cuda)[1] == \
         "cuda backend: spot_kernels._C was built without CUDA (see the setup.py build message)"
-    monkeypatch.setattr(spot_kernels, "HAS_C_EXTENSION", False)
+    monkeypatch.setattr(extension, "HAS_C_EXTENSION", False)
     assert "spot_kernels._C is not loaded" in backends._kernel("score", "cuda", cuda)[1]
 
 
@@ -303,11 +303,11 @@ def test_private_cuda_op_is_discovered():
     (run in a subprocess so the extra kernel does not leak into this process)."""
     result = _python("""
         import torch, spot_kernels
-        from spot_kernels import backends
+        from spot_kernels import backends, extension
         lib = torch.library.Library("spot", "IMPL")
         lib.impl("_noise_uniform_cuda", lambda *args: None, "CUDA")  # what noise.cu's TORCH_LIBRARY_IMPL does
-        spot_kernels._C = type("FakeC", (), {"WITH_CUDA": 1})
-        spot_kernels.HAS_C_EXTENSION = True
+        extension.C = type("FakeC", (), {"WITH_CUDA": 1})
+        extension.HAS_C_EXTENSION = True
         fn = backends.resolve("noise_uniform", torch.device("cuda"), "auto")
         assert fn is torch.ops.spot._noise_uniform_cuda, fn
         fn, reason = backends._kernel("score", "cuda", torch.device("cuda"))
@@ -358,7 +358,7 @@ def test_auto_picks_cpu_for_cpu_tensors(monkeypatch):
 def test_cpu_backend_reasons(monkeypatch):
     with pytest.raises(spot_kernels.BackendUnavailable, match="cpu backend needs CPU tensors, got meta tensors"):
         backends.resolve("score", torch.device("meta"), "cpu")
-    monkeypatch.setattr(spot_kernels, "HAS_C_EXTENSION", False)
+    monkeypatch.setattr(extension, "HAS_C_EXTENSION", False)
     fn, reason = backends._kernel("score", "cpu", torch.device("cpu"))
     assert fn is None and "spot_kernels._C is not loaded" in reason
     # without the extension "auto" falls back to the reference, and SPOT_BACKEND=cpu cannot run

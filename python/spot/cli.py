@@ -7,39 +7,9 @@ import re
 import sys
 
 from .bench import check_writable, format_report, random_prompts, run_bench, warm_up, write_json
+from .cli_args import add_target_args, read_prompts_file, target_from_args
 from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
-from .loading import DTYPES, load_target
 from .tree import BRANCH, WIDTH, tree_branch
-
-
-def add_target_args(p: argparse.ArgumentParser) -> None:
-    """Which target to load, where, and the noise seed: shared by every command that runs the target."""
-    p.add_argument("--target", default="default", help="'default' (embedded), 'random', a weights directory, or a "
-                   "Hugging Face checkpoint directory (config.json + weights; nothing is downloaded)")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
-    hf = p.add_argument_group("Hugging Face targets (--target DIR with a config.json)")
-    hf.add_argument("--layout", default="block_causal", choices=("block_causal", "bidirectional"),
-                    help="block_causal: SDAR / BD3-LM / LLaDA2 (KV-cached prefix); bidirectional: LLaDA / Dream")
-    hf.add_argument("--mask-token", help="the mask token's text (default: the tokenizer's or config's mask token)")
-    hf.add_argument("--mask-id", type=int, help="the mask token's id (instead of --mask-token)")
-    hf.add_argument("--logits-shift", type=int, default=0, choices=(0, 1),
-                    help="1 for models whose logit for position i is read at i - 1 (Dream)")
-    hf.add_argument("--trust-remote-code", action="store_true",
-                    help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR); only for code you trust")
-
-
-def target_from_args(a):
-    """The target of --target with its flags; the Hugging Face flags apply to checkpoint directories only."""
-    from .hf import is_hf_directory
-    if a.target in ("default", "random") or not is_hf_directory(a.target):
-        return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
-    try:
-        return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout, mask_token=a.mask_token,
-                           mask_id=a.mask_id, logits_shift=a.logits_shift, trust_remote_code=a.trust_remote_code)
-    except (FileNotFoundError, ValueError, ImportError) as e:
-        raise SystemExit(f"--target {a.target}: {e}") from None
 
 
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
@@ -153,20 +123,6 @@ def _prompts(a, target) -> list[list[int]]:
     if held_out:
         return held_out
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
-
-
-def read_prompts_file(path) -> list[str]:
-    """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines); errors name the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            texts = [line.rstrip("\n").replace("\\n", "\n") for line in f if line.strip()]
-    except UnicodeDecodeError as e:
-        raise SystemExit(f"--prompts-file {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except OSError as e:
-        raise SystemExit(f"--prompts-file {path}: cannot read it ({e.strerror or e})") from None
-    if not texts:
-        raise SystemExit(f"--prompts-file {path}: holds no prompts (every line is blank)")
-    return texts
 
 
 def _held_out_prompts(target, count: int):

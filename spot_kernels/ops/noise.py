@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import checks
-from ..registry import OpDef, call
+from ..opdef import OpDef, call
 
 SCHEMA = ('noise_uniform(int seed, Tensor rows, Tensor positions, Tensor steps, Tensor vocab_ids, '
           'str backend="auto") -> Tensor')

@@ -7,8 +7,8 @@ from typing import NamedTuple
 import torch
 
 from .. import checks
-from ..reference.score import compute_dtype
-from ..registry import OpDef, call
+from ..contract import compute_dtype
+from ..opdef import OpDef, call
 
 # The confidence kinds, in the order of the kernels' codes (0, 1, 2, 3). The one definition: import it from
 # spot_kernels (`from spot_kernels import CONFIDENCE_KINDS`).

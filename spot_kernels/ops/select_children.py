@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 from .. import checks
-from ..registry import OpDef, call
+from ..opdef import OpDef, call
 
 SCHEMA = ('select_children(Tensor position_logits, Tensor masked, Tensor path_logprob, Tensor stale_topk_probs, '
           'Tensor stale_topk_ids, int seed, Tensor rows, Tensor block_start, Tensor steps, float temperature, '

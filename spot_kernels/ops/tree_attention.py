@@ -10,7 +10,8 @@ import numbers
 import torch
 
 from .. import checks
-from ..registry import OpDef, call
+from ..contract import tree_visible
+from ..opdef import OpDef, call
 
 SCHEMAS = {
     "tree_mask": ('tree_mask(Tensor key_start, int prefix_len, int num_new, int num_nodes, int block_size, '
@@ -83,8 +84,8 @@ prefix_len - key_start + j.
 def tree_mask_mod(key_start: torch.Tensor, prefix_len: int, num_new: int, block_size: int):
     """The tree_mask rule as a FlexAttention mask_mod(b, h, q_idx, kv_idx) -> bool tensor.
 
-    Reference only: a plain Python function (not a torch.ops.spot op, no `backend`), built by
-    spot_kernels.reference.tree_attention; FlexAttention compiles it into its own kernel.
+    Reference only: a plain Python function (not a torch.ops.spot op, no `backend`) on the rule the reference
+    tree_mask computes (spot_kernels/contract.py); FlexAttention compiles it into its own kernel.
     Use with torch.nn.attention.flex_attention.create_block_mask(mask_mod, b, None, Q, K) where
     Q = num_new + num_nodes * block_size and K = prefix_len + num_nodes * block_size.
 
@@ -92,10 +93,12 @@ def tree_mask_mod(key_start: torch.Tensor, prefix_len: int, num_new: int, block_
         key_start: [b] int64 (captured; value-checked now on CPU), 0 <= key_start <= prefix_len.
         prefix_len, num_new, block_size: as for tree_mask.
     """
-    from ..reference.tree_attention import tree_mask_mod as build
-
     check_tree("tree_mask_mod", key_start, prefix_len, num_new, 0, block_size, values=True)
-    return build(key_start, prefix_len, num_new, block_size)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return tree_visible(key_start[b], q_idx, kv_idx, prefix_len, num_new, block_size)
+
+    return mask_mod
 
 
 def check_tree(op: str, key_start, prefix_len, num_new, num_nodes, block_size, *, values: bool) -> torch.device:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 
 from .. import checks
-from ..registry import OpDef, call
+from ..opdef import OpDef, call
 
 SCHEMA = ('verify_tree(Tensor parents, Tensor draft_pos, Tensor draft_tokens, Tensor target_pos, '
           'Tensor target_tokens, Tensor block, str backend="auto") -> (Tensor accepted_pos, '

@@ -10,14 +10,10 @@ import math
 
 import torch
 
+from ..contract import compute_dtype
 from .noise import gumbel_from_words, row_key, words
 
 _CHUNK_ELEMENTS = 1 << 22
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float64 for float64 inputs, else float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def topk_lowest_id(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,8 +10,8 @@ import math
 
 import torch
 
+from ..contract import compute_dtype
 from .noise import gumbel_from_words, row_key, words
-from .score import compute_dtype
 
 
 def select_children(

@@ -11,22 +11,7 @@ import math
 
 import torch
 
-
-def _visible(
-    key_start: torch.Tensor,
-    q: torch.Tensor,
-    k: torch.Tensor,
-    prefix_len: int,
-    num_new: int,
-    block_size: int,
-) -> torch.Tensor:
-    """The mask rule on broadcastable int64 index tensors (key_start, q, k) -> bool. Shared with tree_mask_mod."""
-    kq = prefix_len - num_new + q  # key index of a new token
-    new_row = torch.where(kq < key_start, k == kq, (k >= key_start) & (k <= kq))
-    node = torch.div(q - num_new, block_size, rounding_mode="floor")
-    key_node = torch.div(k - prefix_len, block_size, rounding_mode="floor")
-    node_row = (k >= key_start) & ((k < prefix_len) | (key_node == node))
-    return torch.where(q < num_new, new_row, node_row)
+from ..contract import tree_visible
 
 
 def tree_mask(key_start: torch.Tensor, prefix_len: int, num_new: int, num_nodes: int, block_size: int) -> torch.Tensor:
@@ -36,7 +21,7 @@ def tree_mask(key_start: torch.Tensor, prefix_len: int, num_new: int, num_nodes:
     n_k = prefix_len + num_nodes * block_size
     q = torch.arange(n_q, dtype=torch.int64, device=device)[:, None]
     k = torch.arange(n_k, dtype=torch.int64, device=device)[None, :]
-    mask = _visible(key_start[:, None, None], q, k, prefix_len, num_new, block_size)
+    mask = tree_visible(key_start[:, None, None], q, k, prefix_len, num_new, block_size)
     return mask.expand(key_start.shape[0], n_q, n_k)[:, None].contiguous()
 
 
@@ -77,19 +62,6 @@ def tree_position_ids(
     j = torch.arange(block_size, dtype=torch.int64, device=device).repeat(num_nodes)
     node = prefix_len - ks + j[None, :]
     return torch.cat([new, node], dim=-1).contiguous()
-
-
-def tree_mask_mod(key_start: torch.Tensor, prefix_len: int, num_new: int, block_size: int):
-    """The tree_mask rule as a FlexAttention `mask_mod(b, h, q_idx, kv_idx) -> bool` (vmap-friendly).
-
-    Query and key index ranges come from the attention call (Q = num_new + num_nodes * block_size,
-    K = prefix_len + num_nodes * block_size); `key_start` ([b] int64) is captured.
-    """
-
-    def mask_mod(b, h, q_idx, kv_idx):
-        return _visible(key_start[b], q_idx, kv_idx, prefix_len, num_new, block_size)
-
-    return mask_mod
 
 
 def tree_attention(

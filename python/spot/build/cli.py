@@ -116,7 +116,7 @@ def cmd_target(a) -> int:
 
 
 def cmd_collect(a) -> int:
-    from ..cli import read_prompts_file, target_from_args
+    from ..cli_args import read_prompts_file, target_from_args
     from .collect import check_collect_args, collect
     from .prompts import training_prompts
 
@@ -245,7 +245,7 @@ def cmd_tune(a) -> int:
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     """The runtime CLI's target flags (a Hugging Face checkpoint directory with its --mask-token etc. included)."""
-    from ..cli import add_target_args
+    from ..cli_args import add_target_args
     add_target_args(p)
 
 
