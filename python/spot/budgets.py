@@ -46,25 +46,32 @@ def device_key(device) -> str:
     return device.type
 
 
-def default_budget(device, block_size: int, temperature: float = 0.0, path=BUDGETS_FILE) -> int:
-    """The budget `spot build tune` chose for this device, block size and temperature class: T = 0 reads the entry
-    measured at 0, T > 0 the one measured at the nearest positive temperature (FALLBACK_BUDGET when that class was
-    never measured for this device and block size)."""
+def tuned_entry(device, block_size: int, temperature: float = 0.0, path=BUDGETS_FILE) -> dict | None:
+    """What `spot build tune` recorded for this device, block size and temperature class (its "budget" and the
+    measurements behind it), or None when that class was never measured: T = 0 reads the entry measured at 0,
+    T > 0 the one measured at the nearest positive temperature."""
     try:
         table = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        return FALLBACK_BUDGET
+        return None
     entry = table.get(device_key(device), {}).get(str(block_size))
     if not entry:
-        return FALLBACK_BUDGET
+        return None
     if "budget" in entry:  # the older format: one measurement for every temperature
-        return int(entry["budget"])
+        return entry
     measured = {float(t): result for t, result in entry.get("temperature", {}).items()}
     same_class = [t for t in measured if (t > 0) == (temperature > 0)]
     if not same_class:
-        return FALLBACK_BUDGET
+        return None
     nearest = min(same_class, key=lambda t: (abs(t - temperature), t))
-    return int(measured[nearest]["budget"])
+    return measured[nearest]
+
+
+def default_budget(device, block_size: int, temperature: float = 0.0, path=BUDGETS_FILE) -> int:
+    """The budget `spot build tune` chose for this device, block size and temperature class (tuned_entry), or
+    FALLBACK_BUDGET when that class was never measured for this device and block size."""
+    entry = tuned_entry(device, block_size, temperature, path)
+    return FALLBACK_BUDGET if entry is None else int(entry["budget"])
 
 
 def temperature_key(temperature: float) -> str:

@@ -185,6 +185,15 @@ def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[
     return "\n".join(blocks)
 
 
+def cmd_demo(a) -> int:
+    """What `make demo` shows (spot/demo.py): pass reduction, commit order, CPU time, --budget auto, projection."""
+    from .demo import main as demo
+
+    _at_least(a, {"max_new_tokens": 1, "block_size": 1})
+    print(demo(a.max_new_tokens, a.block_size, _int_list("--budgets", a.budgets), a.device))
+    return 0
+
+
 def cmd_bench(a) -> int:
     """Every argument is checked, and --json's folder written to, before anything is decoded."""
     _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
@@ -369,6 +378,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write the projected speed-up against budget here (PNG)")
     p.add_argument("--json", help="write the projection rows here")
     p.set_defaults(func=cmd_project)
+    p = sub.add_parser("demo", help="one screen: passes of standard / confidence / spot, the commit order of a "
+                       "block, CPU time per token, what --budget auto picks here and why, a labelled GPU projection")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--budgets", default="4,16", help="the tree budgets confidence and spot run at (a GPU's sizes)")
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(func=cmd_demo)
     sub.add_parser("build", add_help=False, help="the offline pipeline: `spot build --help`")
     return parser
 
