@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from spot.budgets import default_budget
+from spot.budgets import default_budget, tuned_entry
 from spot.cli import main
 from spot.plots import PASS_DIGITS
 from spot.project import LABEL
@@ -28,7 +28,11 @@ def test_demo_shows_the_product(capsys):
 
     auto = default_budget("cpu", 16, 0.0)
     assert f"--budget auto picks {auto} for cpu, B = 16, T = 0 (python/spot/weights/budgets.json)" in out
-    assert re.search(r"^     tokens/s +1: +[\d.]+", out, re.M)  # the tuned table's measurements behind the pick
+    rates = re.search(r"^     tokens/s +(.*)$", out, re.M)  # the tuned table's measurements behind the pick
+    entry = tuned_entry("cpu", 16, 0.0)
+    assert rates and rates[1].split() == [x for n, v in sorted((int(n), v) for n, v in
+                                                               entry["tokens_per_second"].items())
+                                          for x in (f"{n}:", f"{v:.1f}")]
     assert "why: on a CPU a pass costs about nodes x block tokens" in out
     assert re.search(rf"^   spot +budget {auto} \(--budget auto\) +[\d.]+ ms/token", out, re.M)
 
