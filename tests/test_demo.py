@@ -54,6 +54,10 @@ def test_demo_shows_the_product(capsys):
     assert re.search(r"^   standard +\d+ tokens/s projected$", out, re.M)
 
 
-def test_demo_refuses_bad_budgets():
+def test_demo_refuses_bad_flags_before_decoding():
     with pytest.raises(SystemExit, match="--budgets"):
         main(["demo", "--budgets", "0,4"])
+    with pytest.raises(SystemExit, match="--block-size 32: .* --max-new-tokens \\(16\\)"):
+        main(["demo", "--max-new-tokens", "16"])
+    with pytest.raises(SystemExit, match="--max-new-tokens: expected >= 1"):
+        main(["demo", "--max-new-tokens", "0"])

@@ -187,10 +187,13 @@ def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[
 
 def cmd_demo(a) -> int:
     """What `make demo` shows (spot/demo.py): pass reduction, commit order, CPU time, --budget auto, projection."""
-    from .demo import main as demo
+    from .demo import demo_screen
 
     _at_least(a, {"max_new_tokens": 1, "block_size": 1})
-    print(demo(a.max_new_tokens, a.block_size, _int_list("--budgets", a.budgets), a.device))
+    if a.block_size > a.max_new_tokens:
+        raise SystemExit(f"--block-size {a.block_size}: the demo decodes whole blocks, so it must not exceed "
+                         f"--max-new-tokens ({a.max_new_tokens})")
+    print(demo_screen(a.max_new_tokens, a.block_size, _int_list("--budgets", a.budgets), a.device))
     return 0
 
 
