@@ -159,13 +159,15 @@ class BlockAlignedTarget(HFTarget):
                  mask_form: str | None = None, self_check: bool = True):
         super().__init__(model, "block_causal", mask_id=mask_id, eos_id=eos_id, tokenizer=tokenizer, pad_id=pad_id,
                          self_check=self_check, mask_form=mask_form)
-        from .hf import _accepts
-        self._store_kv = _accepts(model, "store_kv")
+
+    # SDAR writes keys and values to the cache only when its forward is told store_kv=True (else it reads the cache
+    # and writes nothing); LLaDA2's forward stores by default.
+    store_kv = False
 
     def model_kwargs(self, visible, positions) -> dict:
         kwargs = super().model_kwargs(visible, positions)
-        if self._store_kv:
-            kwargs["store_kv"] = True  # SDAR writes keys and values to the cache only when told
+        if self.store_kv:
+            kwargs["store_kv"] = True
         return kwargs
 
     def session_class(self):
@@ -176,6 +178,7 @@ class SDARTarget(BlockAlignedTarget):
     """SDAR: its attention reads the 4D mask with `.bool()` under every implementation, so it gets a bool mask."""
 
     family = "sdar"
+    store_kv = True
 
     def __init__(self, model, **kwargs):
         kwargs.setdefault("mask_form", "bool")

@@ -58,7 +58,7 @@ CAUSES = ("non-finite logits", "mask ignored", "mask form misread (additive vs b
 
 
 class HFTarget(Target):
-    """A transformers model as a SPOT target.
+    """A transformers model as a SPOT target (the generic path; spot.families holds the family targets).
 
     model: a `PreTrainedModel` (or any module with the same forward signature and a `config`).
     layout: "block_causal" or "bidirectional" (module docstring).
@@ -164,11 +164,16 @@ class HFTarget(Target):
         from .families import family_of
         family = family_of(getattr(self.model, "config", {}) or {})
         name = type(self).__name__
-        hint = (f"this is a {family!r} checkpoint: use its family target (spot.load_target(DIR, "
-                f"trust_remote_code=True) picks it; or family={family!r}, CLI --family {family})"
-                if family and getattr(self, "family", None) != family else
-                "SPOT's generic path needs a forward taking input_ids, a 4D attention_mask, position_ids and a "
-                "transformers cache; family targets (spot.families) cover LLaDA, Dream, SDAR and LLaDA2")
+        own = getattr(self, "family", None)
+        if family and own != family:
+            hint = (f"this is a {family!r} checkpoint: use its family target (spot.load_target(DIR, "
+                    f"trust_remote_code=True) picks it; or family={family!r}, CLI --family {family})")
+        elif own:
+            hint = (f"the {own!r} family target hands the model that family's inputs; this checkpoint's code takes "
+                    "others (another version of the family's code?)")
+        else:
+            hint = ("SPOT's generic path needs a forward taking input_ids, a 4D attention_mask, position_ids and a "
+                    "transformers cache; family targets (spot.families) cover LLaDA, Dream, SDAR and LLaDA2")
         return f"{name}: the model's forward failed on SPOT's inputs ({type(error).__name__}: {error}); {hint}"
 
     def new_cache(self):
