@@ -217,15 +217,14 @@ class HFTarget(Target):
         together, only_a, only_b = self._probe([short, long], B, [[a, b], [a], [b]])
         alone = self._probe([short], B, [[a, b]])[0] if padded else together[:1]
         for name, x in (("together", together), ("apart", only_a), ("alone", alone)):
-            if not bool(torch.isfinite(x).all()):
+            if _non_finite(x):
                 return f"the model returns NaN / inf logits (scoring nodes {name})"
         tol = CHECK_TOLERANCE.get(self.dtype, 1e-3)
-        scale = 1.0 + together.abs().max().item()
-        worst = max((together[:, 0] - only_a[:, 0]).abs().max().item(),
-                    (together[:, 1] - only_b[:, 0]).abs().max().item())
+        scale = 1.0 + together.nan_to_num(0.0, 0.0, 0.0).abs().max().item()
+        worst = max(_gap(together[:, 0], only_a[:, 0]), _gap(together[:, 1], only_b[:, 0]))
         if worst > tol * scale:
             return f"a node's logits change by {worst:.3g} when another node shares its pass"
-        padded_diff = (alone[0] - together[0]).abs().max().item()
+        padded_diff = _gap(alone[0], together[0])
         if padded_diff > tol * scale:
             return f"a prompt's logits change by {padded_diff:.3g} when it is left-padded beside a longer prompt"
         if B > 1 and torch.equal(together[:, 0, 0], together[:, 1, 0]):
@@ -258,19 +257,19 @@ class HFTarget(Target):
         full = torch.ones((1, 1, L, L), dtype=torch.bool, device=self.device)
         arange = torch.arange(L, device=self.device)[None]
         base = self.forward(ids, full, arange).double()
-        tol = CHECK_TOLERANCE.get(self.dtype, 1e-3) * (1.0 + base.abs().nan_to_num().max().item())
+        tol = CHECK_TOLERANCE.get(self.dtype, 1e-3) * (1.0 + base.nan_to_num(0.0, 0.0, 0.0).abs().max().item())
         if own != "none":
             alone = full.clone()
             alone[..., -1, :-1] = False  # the last token sees only itself
             hidden = self.forward(ids, alone, arange).double()
-            if (hidden[0, -1] - base[0, -1]).abs().nan_to_num(0.0).max().item() <= tol:
+            if _gap(hidden[0, -1], base[0, -1]) <= tol:
                 return ("mask ignored", ": hiding every other token from the last one left its logits unchanged; "
                         "the model does not apply the 4D attention mask it is given (LLaDA's code runs attention "
                         "without one: use its family target)")
         swapped = arange.clone()
         swapped[0, [1, L - 2]] = swapped[0, [L - 2, 1]]
         moved = self.forward(ids, full, swapped).double()
-        if "position_ids" in self.model_kwargs(full, swapped) and (moved - base).abs().nan_to_num(0.0).max() <= tol:
+        if "position_ids" in self.model_kwargs(full, swapped) and _gap(moved, base) <= tol:
             return ("position ids ignored", ": swapping two tokens' position ids left every logit unchanged; the "
                     "model computes its own positions, so left padding shifts them (use the family target, which "
                     "never pads, or equal-length prompts)")
@@ -379,6 +378,18 @@ class BidirectionalSession(_LeftPadded):
         s = self.start_slot
         self.ids[:, s:s + block.shape[1]] = block.to(self.ids.device)
         self.start_slot = s + block.shape[1]
+
+
+def _non_finite(logits: torch.Tensor) -> bool:
+    """NaN, +inf, or a position whose every logit is -inf (-inf on some ids is a model masking them)."""
+    return bool(torch.isnan(logits).any() or torch.isposinf(logits).any()
+                or torch.isneginf(logits).all(-1).any())
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b|, equal infinities counting as equal, NaN as infinitely far."""
+    diff = torch.where(a == b, torch.zeros((), dtype=a.dtype, device=a.device), (a - b).abs())
+    return float(diff.nan_to_num(math.inf).max())
 
 
 def _crop(cache, length: int) -> None:

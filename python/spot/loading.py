@@ -199,8 +199,9 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     seed and shape: docs/model_card.md), "random" (random weights from `seed`,
     shaped by `config`, for tests and benchmarks), a directory holding target.safetensors + target.json, or a
     Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;
-    `hf_options` (layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift, attn_implementation) go to
-    `spot.hf.load_hf_target` then, and are refused otherwise.
+    `hf_options` (family, layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift,
+    attn_implementation) go to `spot.hf.load_hf_target` then, and are refused otherwise; a checkpoint of a known
+    family (LLaDA, Dream, SDAR, LLaDA2: read from its config.json) gives that family's target (spot.families).
     dtype: "float32" (default), "float64" (exactness tests), "bfloat16" or "float16" (on CPU computed in float32
     from the half weights, docs/half_precision.md).
     """
