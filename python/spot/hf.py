@@ -477,7 +477,10 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
     if attn_implementation is not None or family is None:
         options["attn_implementation"] = attn_implementation or "sdpa"
     # Dream's checkpoints map only AutoModel (its DreamModel carries the LM head)
-    auto = transformers.AutoModel if family == "dream" else transformers.AutoModelForCausalLM
+    import json
+    auto_map = json.loads((directory / "config.json").read_text()).get("auto_map") or {}
+    only_auto_model = trust_remote_code and "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map
+    auto = transformers.AutoModel if family == "dream" or only_auto_model else transformers.AutoModelForCausalLM
     model = auto.from_pretrained(directory, **options).to(device)
     config = model.config
     if mask_id is None and mask_token is not None:
