@@ -3,16 +3,18 @@ tiny random transformers that re-derive what each family's modeling code does wi
 own one-commit-per-step sampler. docs/integrations.md records how each was checked against the real code.
 
 - LLaDA: forward(input_ids, attention_mask=None, ...) with no position_ids argument (passing one is a TypeError),
-  attention with no mask at all, positions 0..L-1.
-- Dream: forward(input_ids, attention_mask=None, position_ids=None); attention_mask "full" or None means no mask;
-  the caller shifts the logits (position i is read at i - 1).
+  no 4D mask (a RuntimeError), attention with no mask at all, positions 0..L-1.
+- Dream (Fast-dLLM's copy): forward(input_ids, attention_mask=None, position_ids=None); attention_mask "full" or
+  None means no mask, a 4D one is used as given; position_ids are taken and ignored (positions 0..L-1); the caller
+  shifts the logits (position i is read at i - 1).
 - SDAR: forward(..., past_key_values, **kwargs) with `store_kv` in kwargs: True appends the call's keys and values to
   the cache, False reads the cache and appends nothing; the 4D mask is read with `.bool()` (an additive 0 / -inf mask
   is therefore inverted).
-- LLaDA2: forward(..., store_kv=None) (None stores); a 2D all-ones mask means no mask (fully bidirectional: its
-  attention is not causal), a 2D mask with zeros the token-causal padding mask transformers' converter builds;
-  a 4D mask is used as given under sdpa (bool, or additive floats) and read as 1.0 = attend under eager (transformers'
-  4D converter: (1 - mask) filled with the dtype's minimum where non-zero).
+- LLaDA2: forward(..., store_kv=None) (None stores); under sdpa no mask or a 2D all-ones mask means no mask (fully
+  bidirectional: its attention is not causal), a 2D mask with zeros the token-causal padding mask transformers'
+  converter builds, a 4D mask is used as given (bool, or additive floats); under eager no mask or a 2D one is
+  token-causal, and a 4D mask is read as 1.0 = attend (transformers' 4D converter: (1 - mask) filled with the
+  dtype's minimum where non-zero; a bool 4D mask is a NotImplementedError).
 - BD3-LM: forward(input_ids, timesteps, sample_mode, store_kv) and a config without num_hidden_layers.
 
 Every stand-in puts -inf on the mask token's logit, as a trained checkpoint effectively does.
@@ -173,6 +175,8 @@ class LLaDAModelLM(TinyPreTrained):
     config_class = LLaDAConfig
 
     def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None):
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise RuntimeError("LLaDA takes a 2D padding mask only")
         return self.run(input_ids)  # attention without a mask; positions 0..L-1
 
 
@@ -180,10 +184,14 @@ class DreamModel(TinyPreTrained):
     config_class = DreamConfig
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None):
+        # Fast-dLLM's Dream computes its own positions 0..L-1 whatever position_ids says (its sampler passes them
+        # only with padding, which spot's Dream target never uses)
         if isinstance(attention_mask, str) or attention_mask is None:  # "full": no mask
-            return self.run(input_ids, positions=position_ids)
+            return self.run(input_ids)
+        if attention_mask.dim() != 4:
+            raise RuntimeError("Dream takes 'full' or a 4D mask")
         kind = "visible" if attention_mask.dtype == torch.bool else "additive"
-        return self.run(input_ids, attention_mask, position_ids, mask_kind=kind)
+        return self.run(input_ids, attention_mask, mask_kind=kind)
 
 
 class SDARForCausalLM(TinyPreTrained):
@@ -203,14 +211,20 @@ class LLaDA2MoeModelLM(TinyPreTrained):
     def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
                 store_kv=None):
         store = True if store_kv is None else store_kv
+        eager = self.config._attn_implementation == "eager"
         mask, kind = None, "visible"
-        if attention_mask is not None and attention_mask.dim() == 2:
-            if not bool(attention_mask.bool().all()):  # padding: transformers' causal + padding mask
+        if attention_mask is None or attention_mask.dim() == 2:
+            # sdpa: no mask, or an all-ones 2D one, means no mask (its attention is not causal); eager, or a 2D mask
+            # with zeros: transformers' token-causal (+ padding) mask
+            if eager or (attention_mask is not None and not bool(attention_mask.bool().all())):
                 q = input_ids.shape[1]
-                causal = torch.ones(q, q, dtype=torch.bool, device=input_ids.device).tril()
-                mask = (causal[None] & attention_mask.bool()[:, None, :])[:, None]
-        elif attention_mask is not None:
-            if self.config._attn_implementation == "eager":  # 1.0 attends; anything else gets the dtype's minimum
+                mask = torch.ones(q, q, dtype=torch.bool, device=input_ids.device).tril()[None, None]
+                if attention_mask is not None:
+                    mask = mask & attention_mask.bool()[:, None, None, :]
+        else:
+            if eager:  # transformers' 4D converter: 1.0 attends, anything else gets the dtype's minimum
+                if attention_mask.dtype == torch.bool:
+                    raise NotImplementedError("eager LLaDA2 computes 1.0 - mask, which a bool tensor refuses")
                 inverted = 1.0 - attention_mask.to(self.dtype)
                 mask, kind = inverted.masked_fill(inverted.bool(), torch.finfo(self.dtype).min), "additive"
             elif attention_mask.dtype == torch.bool:
