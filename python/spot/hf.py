@@ -216,10 +216,12 @@ class HFTarget(Target):
         b[-1] = self._probe_token(7)
         together, only_a, only_b = self._probe([short, long], B, [[a, b], [a], [b]])
         alone = self._probe([short], B, [[a, b]])[0] if padded else together[:1]
+        # the tolerance of the logits' own dtype (LLaDA2 returns float32 logits from a float64 model)
+        tol = CHECK_TOLERANCE.get(together.dtype, 1e-3)
+        together, only_a, only_b, alone = (x.double() for x in (together, only_a, only_b, alone))
         for name, x in (("together", together), ("apart", only_a), ("alone", alone)):
             if _non_finite(x):
                 return f"the model returns NaN / inf logits (scoring nodes {name})"
-        tol = CHECK_TOLERANCE.get(self.dtype, 1e-3)
         scale = 1.0 + together.nan_to_num(0.0, 0.0, 0.0).abs().max().item()
         worst = max(_gap(together[:, 0], only_a[:, 0]), _gap(together[:, 1], only_b[:, 0]))
         if worst > tol * scale:
@@ -256,8 +258,9 @@ class HFTarget(Target):
         ids = torch.tensor([[self._probe_token(i) for i in range(L)]], device=self.device)
         full = torch.ones((1, 1, L, L), dtype=torch.bool, device=self.device)
         arange = torch.arange(L, device=self.device)[None]
-        base = self.forward(ids, full, arange).double()
-        tol = CHECK_TOLERANCE.get(self.dtype, 1e-3) * (1.0 + base.nan_to_num(0.0, 0.0, 0.0).abs().max().item())
+        base = self.forward(ids, full, arange)
+        tol = CHECK_TOLERANCE.get(base.dtype, 1e-3) * (1.0 + base.double().nan_to_num(0.0, 0.0, 0.0).abs().max().item())
+        base = base.double()
         if own != "none":
             alone = full.clone()
             alone[..., -1, :-1] = False  # the last token sees only itself
@@ -291,7 +294,7 @@ class HFTarget(Target):
         root = torch.full((len(prompts), 1, block_size), self.mask_id, dtype=torch.long, device=self.device)
         if self.layout == "block_causal":
             session.score(root)  # prefill, so every probe below reads the same cached prefix
-        return [session.score(torch.stack(nodes)[None].expand(len(prompts), -1, -1)).double() for nodes in node_sets]
+        return [session.score(torch.stack(nodes)[None].expand(len(prompts), -1, -1)) for nodes in node_sets]
 
 
 class _LeftPadded(Session):
