@@ -199,7 +199,7 @@ def test_a_model_that_misreads_the_mask_form_is_refused_as_such():
     llada2 = ft.model("llada2", attn="eager")
     t = HFTarget(llada2, "block_causal", mask_id=ft.MASK_ID)
     assert t.mask_form == "additive" and refused_cause(t) == "mask form misread (additive vs bool)"
-    with pytest.raises(SelfCheckError, match="reads the 4D mask as bool, the target handed it additive"):
+    with pytest.raises(SelfCheckError, match="reads the 4D mask as float, the target handed it additive"):
         t.self_check(4)
     # the family targets hand each the form it reads
     LLaDA2Target(llada2, mask_id=ft.MASK_ID).self_check(4)
