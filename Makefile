@@ -15,7 +15,7 @@ SGLANG := sglang==0.5.23 orjson psutil pybase64 starlette msgspec pyzmq ipython 
 
 # transformers 4.57, the line the LLaDA, Dream, SDAR and LLaDA2 checkpoints' own code runs on, beside the venv's 5.x:
 # `make test` runs the Hugging Face and family tests on both. --no-deps into a folder that PYTHONPATH puts first:
-# everything else (torch, safetensors, requests, ...) comes from the venv. About 10 s and 60 MB. diffusers' LLaDA2
+# everything else (torch, safetensors, requests, ...) comes from the venv. About 15 s and 135 MB. diffusers' LLaDA2
 # pipeline needs huggingface_hub >= 1.0, which transformers 4.57 refuses: its drop-in tests run on the 5.x line only.
 TF4       := .cache/tf4
 TF4_PKGS  := transformers==4.57.1 "huggingface_hub<1.0" "tokenizers<0.23"

@@ -265,8 +265,8 @@ class AlignedBlockSession(_LeftPadded):
 
 TARGETS = {"llada": LLaDATarget, "dream": DreamTarget, "sdar": SDARTarget, "llada2": LLaDA2Target}
 BD3LM_NOT_DONE = ("BD3-LM is recognised but has no family target yet: its forward takes (input_ids, timesteps, "
-                  "sample_mode, store_kv) and keeps its own KV cache in the model, and its sampler re-draws with a "
-                  "noise schedule rather than committing one position per forward (docs/integrations.md)")
+                  "sample_mode, store_kv) and keeps its own KV cache in the model, and its sampler picks the "
+                  "positions it unmasks at random, not by confidence (docs/integrations.md)")
 
 
 def family_target(family: str, model, **kwargs) -> HFTarget:
