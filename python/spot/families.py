@@ -18,42 +18,10 @@ The family is read from config.json (`model_type`, `architectures`, `auto_map`) 
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import torch
 
-from .hf import BidirectionalSession, HFTarget, _LeftPadded, _crop
+from .hf import FAMILIES, BidirectionalSession, HFTarget, _first, _LeftPadded, _crop, family_of, load_hf_parts
 from .target import Session
-
-FAMILIES = ("llada", "dream", "sdar", "llada2", "bd3lm")
-# Lower-cased markers of each family in model_type, architectures and auto_map (checked in this order: "llada2"
-# before "llada").
-_MARKERS = (("llada2", ("llada2",)), ("bd3lm", ("bd3lm",)), ("sdar", ("sdar",)), ("dream", ("dream",)),
-            ("llada", ("llada",)))
-
-
-def family_of(config) -> str | None:
-    """The family of a config (a dict from config.json or a transformers config object), or None."""
-    if not isinstance(config, dict):
-        config = config.to_dict() if hasattr(config, "to_dict") else vars(config)
-    names = [str(config.get("model_type") or "")]
-    names += [str(a) for a in config.get("architectures") or ()]
-    names += [str(v) for v in (config.get("auto_map") or {}).values()]
-    text = " ".join(names).lower()
-    for family, markers in _MARKERS:
-        if any(m in text for m in markers):
-            return family
-    return None
-
-
-def family_of_directory(directory) -> str | None:
-    path = Path(directory) / "config.json"
-    try:
-        return family_of(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None
-
 
 # ------------------------------------------------------------------------------------------ LLaDA and Dream
 
@@ -267,6 +235,28 @@ TARGETS = {"llada": LLaDATarget, "dream": DreamTarget, "sdar": SDARTarget, "llad
 BD3LM_NOT_DONE = ("BD3-LM is recognised but has no family target yet: its forward takes (input_ids, timesteps, "
                   "sample_mode, store_kv) and keeps its own KV cache in the model, and its sampler picks the "
                   "positions it unmasks at random, not by confidence (docs/integrations.md)")
+
+
+__all__ = ["FAMILIES", "family_of", "family_target", "load_family_target", "LLaDATarget", "DreamTarget",
+           "SDARTarget", "LLaDA2Target"]
+
+
+def load_family_target(directory, family: str, *, mask_token=None, mask_id=None, eos_id="auto", dtype=torch.float32,
+                       device="cpu", trust_remote_code=False, attn_implementation=None) -> HFTarget:
+    """`family`'s target from a checkpoint directory (the ids found as `spot.hf.load_hf_target` finds them);
+    attn_implementation None: the model's own default."""
+    if family == "bd3lm":
+        raise NotImplementedError(f"{directory}: {BD3LM_NOT_DONE}")
+    if family not in TARGETS:
+        raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+    model, tokenizer, mask_id, eos_id = load_hf_parts(
+        directory, mask_token=mask_token, mask_id=mask_id, eos_id=eos_id, dtype=dtype, device=device,
+        trust_remote_code=trust_remote_code, attn_implementation=attn_implementation,
+        auto_model=family == "dream")  # Dream's checkpoints map only AutoModel (its DreamModel has the LM head)
+    kwargs = dict(mask_id=mask_id, eos_id=eos_id, tokenizer=tokenizer)
+    if family in ("sdar", "llada2"):
+        kwargs["pad_id"] = _first(getattr(model.config, "pad_token_id", None))
+    return family_target(family, model, **kwargs)
 
 
 def family_target(family: str, model, **kwargs) -> HFTarget:

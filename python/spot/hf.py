@@ -161,7 +161,6 @@ class HFTarget(Target):
         return logits[:, -keep:] if keep else logits
 
     def _incompatible(self, error: Exception) -> str:
-        from .families import family_of
         family = family_of(getattr(self.model, "config", {}) or {})
         name = type(self).__name__
         own = getattr(self, "family", None)
@@ -438,36 +437,36 @@ def is_hf_directory(path) -> bool:
 def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str | None = None,
                    mask_id: int | None = None, eos_id: int | None | str = "auto", dtype: torch.dtype = torch.float32,
                    device="cpu", trust_remote_code: bool = False, logits_shift: int = 0,
-                   attn_implementation: str | None = None, family: str | None = "auto") -> HFTarget:
-    """A target from a local checkpoint directory (config.json, weights, tokenizer files). Nothing is
-    downloaded; remote code runs only with `trust_remote_code=True`.
+                   attn_implementation: str | None = "sdpa") -> HFTarget:
+    """The generic `HFTarget(layout, logits_shift)` from a local checkpoint directory (config.json, weights,
+    tokenizer files). Nothing is downloaded; remote code runs only with `trust_remote_code=True`.
+    `spot.load_target(DIR)` gives a LLaDA, Dream, SDAR or LLaDA2 checkpoint its family target instead
+    (spot.families).
 
-    family: "auto" (default) reads the family from config.json (`model_type`, `architectures`, `auto_map`) and
-    returns its family target (spot.families: LLaDA, Dream, SDAR, LLaDA2), which sets the layout, logit shift,
-    mask form and cache protocol itself; a family name picks one; None (CLI: --family generic) or a config of no
-    known family gives the generic `HFTarget(layout, logits_shift)`.
-    attn_implementation: passed to transformers (default: "sdpa" on the generic path, the model's own default for
-    a family).
     The mask id is `mask_id`, else the tokenizer's id of `mask_token`, else the tokenizer's or config's mask token
     (LLaDA, Dream and SDAR checkpoints name one); eos_id "auto" takes the config's or tokenizer's (the first one
     when several are listed)."""
-    from pathlib import Path
+    model, tokenizer, mask_id, eos_id = load_hf_parts(directory, mask_token=mask_token, mask_id=mask_id,
+                                                      eos_id=eos_id, dtype=dtype, device=device,
+                                                      trust_remote_code=trust_remote_code,
+                                                      attn_implementation=attn_implementation or "sdpa")
+    return HFTarget(model, layout, mask_id=mask_id, eos_id=eos_id, tokenizer=tokenizer, logits_shift=logits_shift,
+                    pad_id=_first(getattr(model.config, "pad_token_id", None)))
 
-    from .families import BD3LM_NOT_DONE, FAMILIES, family_of_directory, family_target
+
+def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dtype=torch.float32, device="cpu",
+                  trust_remote_code=False, attn_implementation=None, auto_model: bool = False):
+    """(model, tokenizer or None, mask id, eos id) of a checkpoint directory (`load_hf_target`'s docstring says how
+    the ids are found). auto_model: load with AutoModel (Dream), else AutoModelForCausalLM unless the config's
+    auto_map maps only AutoModel; attn_implementation None: the model's own default."""
+    import json
+    from pathlib import Path
 
     directory = Path(directory)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory}: no config.json, not a Hugging Face checkpoint directory")
     if not any((directory / name).is_file() for name in WEIGHT_FILES):
         raise FileNotFoundError(f"{directory}: no weights (expected one of {', '.join(WEIGHT_FILES)})")
-    if family == "auto":
-        family = family_of_directory(directory)
-    elif family == "generic":
-        family = None
-    elif family is not None and family not in FAMILIES:
-        raise ValueError(f"family: expected 'auto', 'generic', None or one of {FAMILIES}, got {family!r}")
-    if family == "bd3lm":
-        raise NotImplementedError(f"{directory}: {BD3LM_NOT_DONE}")
     try:
         import transformers
     except ImportError:
@@ -477,13 +476,11 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True,
                                                                trust_remote_code=trust_remote_code)
     options = dict(local_files_only=True, trust_remote_code=trust_remote_code, dtype=dtype)
-    if attn_implementation is not None or family is None:
-        options["attn_implementation"] = attn_implementation or "sdpa"
-    # Dream's checkpoints map only AutoModel (its DreamModel carries the LM head)
-    import json
+    if attn_implementation is not None:
+        options["attn_implementation"] = attn_implementation
     auto_map = json.loads((directory / "config.json").read_text()).get("auto_map") or {}
     only_auto_model = trust_remote_code and "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map
-    auto = transformers.AutoModel if family == "dream" or only_auto_model else transformers.AutoModelForCausalLM
+    auto = transformers.AutoModel if auto_model or only_auto_model else transformers.AutoModelForCausalLM
     model = auto.from_pretrained(directory, **options).to(device)
     config = model.config
     if mask_id is None and mask_token is not None:
@@ -503,10 +500,39 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
         eos_id = _first(getattr(config, "eos_token_id", None))
         if eos_id is None and tokenizer is not None:
             eos_id = _first(tokenizer.eos_token_id)
-    if family is not None:
-        return family_target(family, model, mask_id=int(mask_id), eos_id=eos_id, tokenizer=tokenizer)
-    return HFTarget(model, layout, mask_id=int(mask_id), eos_id=eos_id, tokenizer=tokenizer,
-                    logits_shift=logits_shift, pad_id=_first(getattr(config, "pad_token_id", None)))
+    return model, tokenizer, int(mask_id), eos_id
+
+
+# ------------------------------------------------------------------------------------------------ families
+
+FAMILIES = ("llada", "dream", "sdar", "llada2", "bd3lm")
+# Lower-cased markers of each family in model_type, architectures and auto_map, checked in this order ("llada2"
+# before "llada"). The family targets are in spot.families; this module only names them.
+_FAMILY_MARKERS = (("llada2", ("llada2",)), ("bd3lm", ("bd3lm",)), ("sdar", ("sdar",)), ("dream", ("dream",)),
+                   ("llada", ("llada",)))
+
+
+def family_of(config) -> str | None:
+    """The family of a config (a dict from config.json or a transformers config object), or None."""
+    if not isinstance(config, dict):
+        config = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+    names = [str(config.get("model_type") or "")]
+    names += [str(a) for a in config.get("architectures") or ()]
+    names += [str(v) for v in (config.get("auto_map") or {}).values()]
+    text = " ".join(names).lower()
+    for family, markers in _FAMILY_MARKERS:
+        if any(m in text for m in markers):
+            return family
+    return None
+
+
+def family_of_directory(directory) -> str | None:
+    import json
+    from pathlib import Path
+    try:
+        return family_of(json.loads((Path(directory) / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def _first(value):
