@@ -79,6 +79,8 @@ def test_the_output_starts_after_the_prompt_in_aligned_blocks():
     out = spot.generate(t, [prompt], "standard", max_new_tokens=7, block_size=4, eos_id=None)
     assert len(out.tokens[0]) == 7
     assert out.tokens[0] == ft.block_aligned_generate(t.model, prompt, 16, 4)[:7]
+    with pytest.raises(ValueError, match="end-of-sequence"):  # it would read as the answer's end
+        t.start([[5, 6, 7, 8, 9, ft.EOS_ID]], 8, 4)
     session = t.start([prompt, ft.PROMPTS[1]], 8, 4)
     assert isinstance(session, AlignedBlockSession) and session.prompt_head == [1, 0]
     assert session.block_start.tolist() == [4, 8]

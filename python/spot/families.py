@@ -176,6 +176,12 @@ class AlignedBlockSession(_LeftPadded):
         whole = [p[:len(p) // B * B] for p in prompts]
         super().__init__(target, whole, max_new_tokens, block_size)
         self.prompt_head = [len(p) % B for p in prompts]
+        eos = target.eos_id
+        if eos is not None and any(eos in p[len(w):] for p, w in zip(prompts, whole)):
+            # the decoder would read it as the answer's end-of-sequence token and close the row
+            raise ValueError(f"prompts: a prompt's last len % {B} tokens open the first block, and one of them is "
+                             f"the end-of-sequence id {eos}; choose a block size that leaves it in a whole prompt "
+                             "block, or build the target with eos_id=None")
         head = torch.full((self.batch, B), target.mask_id, dtype=torch.long)
         for i, p in enumerate(prompts):
             if self.prompt_head[i]:

@@ -284,8 +284,8 @@ class HFTarget(Target):
             "depend on the other rows or positions of a call"
 
     def _probe_token(self, i: int) -> int:
-        """The i-th token id used by the self-check: small ids, skipping the mask id."""
-        ids = [t for t in range(min(self.vocab_size, 16)) if t != self.mask_id]
+        """The i-th token id used by the self-check: small ids, skipping the mask and end-of-sequence ids."""
+        ids = [t for t in range(min(self.vocab_size, 16)) if t not in (self.mask_id, self.eos_id)]
         return ids[i % len(ids)]
 
     def _probe(self, prompts, block_size, node_sets) -> list[torch.Tensor]:
