@@ -32,7 +32,7 @@ class UnpaddedBidirectionalTarget(HFTarget):
     position_ids: hand the model position ids 0..L-1 (Dream) or none (LLaDA's forward takes none).
     logits_shift: 1 for Dream (position i's logits are read at i - 1)."""
 
-    family = "bidirectional"
+    family = None  # LLaDATarget, DreamTarget name theirs
 
     def __init__(self, model, *, mask_id: int, eos_id: int | None = None, tokenizer=None, logits_shift: int = 0,
                  position_ids: bool = False, self_check: bool = True):
@@ -43,14 +43,8 @@ class UnpaddedBidirectionalTarget(HFTarget):
     def model_kwargs(self, visible, positions) -> dict:
         return dict(position_ids=positions) if self.passes_position_ids else {}
 
-    def start(self, prompts, max_new_tokens, block_size) -> Session:
-        if not self._checked:
-            self.self_check(block_size)
-            self._checked = True
-        if self.logits_shift and any(len(p) == 0 for p in prompts):
-            raise ValueError("prompts: logits_shift=1 reads a block's first logit at the token before it, so every "
-                             "prompt needs at least one token")
-        return ByLengthSession(self, prompts, max_new_tokens, block_size)
+    def session_class(self):
+        return ByLengthSession
 
     def self_check(self, block_size: int) -> None:
         self.check_unpadded(block_size)
@@ -121,7 +115,7 @@ class BlockAlignedTarget(HFTarget):
     mask_form: how the model reads a 4D mask: "bool" (True = attend: SDAR, LLaDA2 under sdpa) or "additive"
     (0 / -inf added to the scores: LLaDA2 under eager reads 1 / 0 floats, "float")."""
 
-    family = "block_aligned"
+    family = None  # SDARTarget, LLaDA2Target name theirs
 
     def __init__(self, model, *, mask_id: int, eos_id: int | None = None, tokenizer=None, pad_id: int | None = None,
                  mask_form: str | None = None, self_check: bool = True):
