@@ -67,8 +67,12 @@ def save_tokenizer(directory, words=VOCAB):
 
 class LLaDA2StandIn(torch.nn.Module):
     """A stand-in for LLaDA2's model as diffusers' LLaDA2Pipeline calls it: model(ids, attention_mask=<2D>,
-    position_ids=...) -> .logits, attending block-causally (a query sees the keys of its own block and of every
-    earlier one, among the valid ones of the 2D mask) and never predicting the mask token. Counts its calls."""
+    position_ids=...) -> .logits, never predicting the mask token. Counts its calls.
+
+    It reads the 2D mask as LLaDA2's own code does (modeling_llada2_moe.py, checked on transformers 4.57.1, see
+    docs/integrations.md): its attention is not causal, so an all-ones 2D mask means no mask at all (every token of
+    the window sees every other: fully bidirectional, NOT the block-causal attention of its own generate(), which
+    passes a 4D mask), and a 2D mask with zeros becomes transformers' token-causal padding mask."""
 
     def __init__(self, inner, block_length: int, mask_id: int = MASK_ID):
         super().__init__()
@@ -81,12 +85,13 @@ class LLaDA2StandIn(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
         self.calls += 1
-        n = input_ids.shape[1]
-        block = torch.arange(n, device=input_ids.device) // self.block_length
-        visible = (block[None, :] <= block[:, None])[None, None]
-        if attention_mask is not None:
-            visible = visible & attention_mask.bool()[:, None, None, :]
-        visible = visible | torch.eye(n, dtype=torch.bool, device=input_ids.device)  # no empty row
+        b, n = input_ids.shape
+        if attention_mask is None or bool(attention_mask.bool().all()):
+            visible = torch.ones((b, 1, n, n), dtype=torch.bool, device=input_ids.device)
+        else:
+            causal = torch.ones((n, n), dtype=torch.bool, device=input_ids.device).tril()
+            visible = (causal[None] & attention_mask.bool()[:, None, :])[:, None]
+            visible = visible | torch.eye(n, dtype=torch.bool, device=input_ids.device)  # no empty row
         out = self.inner(input_ids=input_ids, attention_mask=visible, position_ids=position_ids)
         out.logits[..., self.mask_id] = float("-inf")
         return out

@@ -24,7 +24,14 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     hf.add_argument("--logits-shift", type=int, default=0, choices=(0, 1),
                     help="1 for models whose logit for position i is read at i - 1 (Dream)")
     hf.add_argument("--trust-remote-code", action="store_true",
-                    help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR); only for code you trust")
+                    help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR, LLaDA2); only for code you "
+                    "trust")
+    hf.add_argument("--family", default="auto", choices=("auto", "generic", "llada", "dream", "sdar", "llada2",
+                                                         "bd3lm"),
+                    help="auto: the family target config.json names (LLaDA, Dream, SDAR, LLaDA2), else the generic "
+                    "path (--layout, --logits-shift); generic: always the generic path")
+    hf.add_argument("--attn-implementation", help="transformers' attn_implementation (default: sdpa on the generic "
+                    "path, the model's own default for a family)")
 
 
 def target_from_args(a):
@@ -34,10 +41,10 @@ def target_from_args(a):
         return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     try:
         return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout, mask_token=a.mask_token,
-                           mask_id=a.mask_id, logits_shift=a.logits_shift, trust_remote_code=a.trust_remote_code)
-    except (FileNotFoundError, ValueError, ImportError) as e:
+                           mask_id=a.mask_id, logits_shift=a.logits_shift, trust_remote_code=a.trust_remote_code,
+                           family=a.family, attn_implementation=a.attn_implementation)
+    except (FileNotFoundError, ValueError, ImportError, NotImplementedError) as e:
         raise SystemExit(f"--target {a.target}: {e}") from None
-
 
 
 def read_prompts_file(path) -> list[str]:

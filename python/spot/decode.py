@@ -127,7 +127,10 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     if width_of_batch < b and not per_row:
         raise ValueError(f"max_batch: {b} prompts through {width_of_batch} rows needs a target whose sessions admit "
                          f"rows ({type(target).__name__} keeps rows in lock-step): decode them in groups instead")
-    n_blocks = -(-max_new_tokens // block_size) if max_new_tokens else 0
+    # A block-aligned session (SDAR, LLaDA2: spot.families) opens the first block with each prompt's last
+    # len % block_size tokens (`prompt_head`): they take block positions and are not output.
+    head = list(getattr(session, "prompt_head", None) or [0] * width_of_batch)
+    n_blocks = -(-(max_new_tokens + max(head, default=0)) // block_size) if max_new_tokens else 0
     orders = torch.full((b, n_blocks, block_size), -1, dtype=torch.long, device=dev)
     blocks: list[list[torch.Tensor]] = [[] for _ in range(b)]
     slots = _Slots(torch.arange(width_of_batch if n_blocks else 0, device=dev), block_size, target.mask_id)
@@ -175,7 +178,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     stats = run.stats
     stats.target_passes = session.passes
     out = [torch.cat(row) if row else torch.empty(0, dtype=torch.long, device=dev) for row in blocks]
-    tokens = [_cut(row.tolist(), max_new_tokens, eos_id) for row in out]
+    tokens = [_cut(row.tolist()[head[i] if i < len(head) else 0:], max_new_tokens, eos_id) for i, row in enumerate(out)]
     stats.generated_tokens = sum(len(t) for t in tokens)
     stats.seconds = time.perf_counter() - t0
     return GenerateOutput(tokens, stats, orders)

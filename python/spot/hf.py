@@ -32,13 +32,33 @@ from .target import Session, Target
 LAYOUTS = ("block_causal", "bidirectional")
 BOOL_MASK_ATTENTION = ("sdpa",)  # read a bool mask, True = attend
 ADDITIVE_MASK_ATTENTION = ("eager", "flex_attention")  # add the mask to the scores: a bool mask would be wrong
+# How a model reads the 4D mask it is handed: bool (True = attend), additive (0 / -inf added to the scores), float
+# (1.0 = attend, 0.0 = hidden: remote code that converts it itself), or none (the model takes no mask: LLaDA).
+MASK_FORMS = ("bool", "additive", "float", "none")
 # Self-check tolerance on logits, relative to the largest logit: far above batch-composition rounding, far below
 # the O(1) changes of a node that sees another node or a pad.
 CHECK_TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
 
 
+class IncompatibleModelError(TypeError):
+    """A model whose forward or config does not take what the target hands it (the message names the target or
+    flag that fits)."""
+
+
+class SelfCheckError(ValueError):
+    """The self-check found the model does not do what the target relies on; `cause` is one of CAUSES."""
+
+    def __init__(self, message: str, cause: str):
+        super().__init__(message)
+        self.cause = cause
+
+
+CAUSES = ("non-finite logits", "mask ignored", "mask form misread (additive vs bool)", "position ids ignored",
+          "batch-dependent numerics", "causal block")
+
+
 class HFTarget(Target):
-    """A transformers model as a SPOT target.
+    """A transformers model as a SPOT target (the generic path; spot.families holds the family targets).
 
     model: a `PreTrainedModel` (or any module with the same forward signature and a `config`).
     layout: "block_causal" or "bidirectional" (module docstring).
@@ -50,7 +70,8 @@ class HFTarget(Target):
     """
 
     def __init__(self, model, layout: str = "block_causal", *, mask_id: int, eos_id: int | None = None,
-                 tokenizer=None, logits_shift: int = 0, pad_id: int | None = None, self_check: bool = True):
+                 tokenizer=None, logits_shift: int = 0, pad_id: int | None = None, self_check: bool = True,
+                 mask_form: str | None = None):
         if layout not in LAYOUTS:
             raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
         if logits_shift not in (0, 1):
@@ -61,11 +82,14 @@ class HFTarget(Target):
                              "cached prefix position")
         config = getattr(model, "config", None)
         attention = getattr(config, "_attn_implementation", None) or "eager"
-        if attention not in BOOL_MASK_ATTENTION + ADDITIVE_MASK_ATTENTION:
+        if mask_form is not None and mask_form not in MASK_FORMS:
+            raise ValueError(f"mask_form: expected one of {MASK_FORMS}, got {mask_form!r}")
+        if mask_form is None and attention not in BOOL_MASK_ATTENTION + ADDITIVE_MASK_ATTENTION:
             raise ValueError(f"model attention implementation {attention!r} cannot take an arbitrary 4D mask; load "
                              f"the model with attn_implementation='sdpa' (or 'eager')")
         self.model = model.eval()
         self.layout, self.logits_shift, self.attention = layout, logits_shift, attention
+        self.mask_form = mask_form or ("bool" if attention in BOOL_MASK_ATTENTION else "additive")
         self.tokenizer = tokenizer
         self.vocab_size = _vocab_size(model)
         for name, value in (("mask_id", mask_id), ("eos_id", eos_id), ("pad_id", pad_id)):
@@ -94,29 +118,62 @@ class HFTarget(Target):
         if self.logits_shift and any(len(p) == 0 for p in prompts):
             raise ValueError("prompts: logits_shift=1 reads a block's first logit at the token before it, so every "
                              "prompt needs at least one token")
-        session = BlockCausalSession if self.layout == "block_causal" else BidirectionalSession
-        return session(self, prompts, max_new_tokens, block_size)
+        return self.session_class()(self, prompts, max_new_tokens, block_size)
+
+    def session_class(self):
+        return BlockCausalSession if self.layout == "block_causal" else BidirectionalSession
 
     # ---------------------------------------------------------------------------------------------- forward
 
-    def mask(self, visible: torch.Tensor) -> torch.Tensor:
-        """A bool mask (True = attend) in the form the model's attention implementation reads."""
-        if self.attention in BOOL_MASK_ATTENTION:
+    def mask(self, visible: torch.Tensor, form: str | None = None) -> torch.Tensor | None:
+        """A bool mask (True = attend) in the form the model reads (`mask_form`, or `form`)."""
+        form = form or self.mask_form
+        if form == "bool":
             return visible
+        if form == "none":
+            return None
+        if form == "float":
+            return visible.to(self.dtype)
         zero = torch.zeros((), dtype=self.dtype, device=visible.device)
         return torch.where(visible, zero, torch.full((), -math.inf, dtype=self.dtype, device=visible.device))
+
+    def model_kwargs(self, visible, positions) -> dict:
+        """The mask and position arguments of one model call (family targets hand over other ones)."""
+        kwargs = dict(position_ids=positions)
+        if self.mask_form != "none":
+            kwargs["attention_mask"] = self.mask(visible)
+        return kwargs
 
     @torch.no_grad()
     def forward(self, ids, visible, positions, cache=None, keep: int = 0) -> torch.Tensor:
         """Logits [rows, keep or all, V] of one model call; `visible` is the bool mask [rows, 1, Q, K]."""
-        kwargs = dict(attention_mask=self.mask(visible), position_ids=positions, use_cache=cache is not None)
+        kwargs = self.model_kwargs(visible, positions)
         if cache is not None:
             kwargs[self._cache_kwarg] = cache
+        kwargs["use_cache"] = cache is not None
         if keep and self._keeps_logits:
             kwargs["logits_to_keep"] = keep
-        out = self.model(input_ids=ids, **kwargs)
+        try:
+            out = self.model(input_ids=ids, **kwargs)
+        except (TypeError, AttributeError) as e:
+            raise IncompatibleModelError(self._incompatible(e)) from e
         logits = out.logits if hasattr(out, "logits") else out[0]
         return logits[:, -keep:] if keep else logits
+
+    def _incompatible(self, error: Exception) -> str:
+        family = family_of(getattr(self.model, "config", {}) or {})
+        name = type(self).__name__
+        own = getattr(self, "family", None)
+        if family and own != family:
+            hint = (f"this is a {family!r} checkpoint: use its family target (spot.load_target(DIR, "
+                    f"trust_remote_code=True) picks it; or family={family!r}, CLI --family {family})")
+        elif own:
+            hint = (f"the {own!r} family target hands the model that family's inputs; this checkpoint's code takes "
+                    "others (another version of the family's code?)")
+        else:
+            hint = ("SPOT's generic path needs a forward taking input_ids, a 4D attention_mask, position_ids and a "
+                    "transformers cache; family targets (spot.families) cover LLaDA, Dream, SDAR and LLaDA2")
+        return f"{name}: the model's forward failed on SPOT's inputs ({type(error).__name__}: {error}); {hint}"
 
     def new_cache(self):
         from transformers import DynamicCache
@@ -124,51 +181,119 @@ class HFTarget(Target):
             return DynamicCache(config=self.model.config)
         except TypeError:  # transformers < 4.56 takes no config
             return DynamicCache()
+        except AttributeError as e:  # a config without the fields a transformers cache reads (BD3-LM)
+            raise IncompatibleModelError(self._incompatible(e)) from e
 
     # ---------------------------------------------------------------------------------------------- self-check
 
     def self_check(self, block_size: int) -> None:
-        """Score two nodes together and apart, and a short prompt alone and beside a longer one: the logits must
-        agree (to `CHECK_TOLERANCE`), and a block's first position must see its last. Raises ValueError naming
-        what the model got wrong: a model that ignores the 4D mask would otherwise decode wrong tokens."""
+        """Score two nodes together and apart, and a short prompt alone and beside a longer one: the logits must be
+        finite and agree (to `CHECK_TOLERANCE`), and a block's first position must see its last. Raises
+        `SelfCheckError` naming the cause (one of CAUSES: the mask ignored, its form misread, the position ids
+        ignored, ...): a model that fails would otherwise decode wrong tokens."""
+        self._check(block_size, padded=True)
+
+    def check_unpadded(self, block_size: int) -> None:
+        """The self-check without the padding probe, for targets that never pad (LLaDA, Dream)."""
+        self._check(block_size, padded=False)
+
+    def _check(self, block_size: int, padded: bool) -> None:
+        problem = self._probe_problem(block_size, padded)
+        if problem is None:
+            return
+        cause, how = self._diagnose(block_size, padded, problem)
+        raise SelfCheckError(f"{type(self).__name__} self-check: {problem}; cause: {cause}{how}. SPOT would decode "
+                             "wrong tokens with it", cause)
+
+    def _probe_problem(self, block_size: int, padded: bool) -> str | None:
+        """What the standard probes find wrong, or None."""
         B = block_size
-        short, long = [self._probe_token(i) for i in range(2)], [self._probe_token(i) for i in range(2, 7)]
+        short = [self._probe_token(i) for i in range(2)]
+        long = [self._probe_token(i) for i in range(2, 7)] if padded else [self._probe_token(i) for i in (2, 3)]
         a = torch.full((B,), self.mask_id, dtype=torch.long, device=self.device)
         b = a.clone()
         b[-1] = self._probe_token(7)
-        pair = self._probe([short, long], B, [[a, b], [a], [b]])
-        alone = self._probe([short], B, [[a, b]])
-        tol = CHECK_TOLERANCE.get(self.dtype, 1e-3)
-        together, only_a, only_b = pair
-        scale = 1.0 + together.abs().max().item()
-        worst = max((together[:, 0] - only_a[:, 0]).abs().max().item(),
-                    (together[:, 1] - only_b[:, 0]).abs().max().item())
+        together, only_a, only_b = self._probe([short, long], B, [[a, b], [a], [b]])
+        alone = self._probe([short], B, [[a, b]])[0] if padded else together[:1]
+        # the tolerance of the logits' own dtype (LLaDA2 returns float32 logits from a float64 model)
+        tol = CHECK_TOLERANCE.get(together.dtype, 1e-3)
+        together, only_a, only_b, alone = (x.double() for x in (together, only_a, only_b, alone))
+        for name, x in (("together", together), ("apart", only_a), ("alone", alone)):
+            if _non_finite(x):
+                return f"the model returns NaN / inf logits (scoring nodes {name})"
+        scale = 1.0 + together.nan_to_num(0.0, 0.0, 0.0).abs().max().item()
+        worst = max(_gap(together[:, 0], only_a[:, 0]), _gap(together[:, 1], only_b[:, 0]))
         if worst > tol * scale:
-            raise ValueError(f"HFTarget self-check: a node's logits change by {worst:.3g} when another node shares "
-                             "its pass: the model does not apply the 4D attention mask it is given (or its numerics "
-                             "depend on the batch); SPOT would decode wrong tokens with it")
-        padded = (alone[0][0] - together[0]).abs().max().item()
-        if padded > tol * scale:
-            raise ValueError(f"HFTarget self-check: a prompt's logits change by {padded:.3g} when it is left-padded "
-                             "beside a longer prompt: the model attends to padding (it ignores the 4D attention "
-                             "mask)")
+            return f"a node's logits change by {worst:.3g} when another node shares its pass"
+        padded_diff = _gap(alone[0], together[0])
+        if padded_diff > tol * scale:
+            return f"a prompt's logits change by {padded_diff:.3g} when it is left-padded beside a longer prompt"
         if B > 1 and torch.equal(together[:, 0, 0], together[:, 1, 0]):
-            raise ValueError("HFTarget self-check: a block's first position does not see its last (changing the "
-                             "last token left the first position's logits unchanged): the model attends causally "
-                             "inside the block, i.e. it ignores the 4D attention mask")
+            return "a block's first position does not see its last (changing the last token left the first " \
+                   "position's logits unchanged)"
+        return None
+
+    def _diagnose(self, block_size: int, padded: bool, problem: str) -> tuple[str, str]:
+        """(cause, advice) for a failed probe: another mask form that passes, else a mask without effect, else
+        position ids without effect."""
+        own = self.mask_form
+        if own != "none":
+            for form in ("bool", "additive", "float"):
+                if form == own:
+                    continue
+                self.mask_form = form
+                try:
+                    fixed = self._probe_problem(block_size, padded) is None
+                except (RuntimeError, TypeError, ValueError):
+                    fixed = False
+                finally:
+                    self.mask_form = own
+                if fixed:
+                    return ("mask form misread (additive vs bool)",
+                            f": the model reads the 4D mask as {form}, the target handed it {own} (attention "
+                            f"{self.attention!r}); pass mask_form={form!r}, load it with another "
+                            "attn_implementation, or use its family target")
+        L = 6
+        ids = torch.tensor([[self._probe_token(i) for i in range(L)]], device=self.device)
+        full = torch.ones((1, 1, L, L), dtype=torch.bool, device=self.device)
+        arange = torch.arange(L, device=self.device)[None]
+        base = self.forward(ids, full, arange)
+        tol = CHECK_TOLERANCE.get(base.dtype, 1e-3) * (1.0 + base.double().nan_to_num(0.0, 0.0, 0.0).abs().max().item())
+        base = base.double()
+        if own != "none":
+            alone = full.clone()
+            alone[..., -1, :-1] = False  # the last token sees only itself
+            hidden = self.forward(ids, alone, arange).double()
+            if _gap(hidden[0, -1], base[0, -1]) <= tol:
+                return ("mask ignored", ": hiding every other token from the last one left its logits unchanged; "
+                        "the model does not apply the 4D attention mask it is given (LLaDA's code runs attention "
+                        "without one: use its family target)")
+        swapped = arange.clone()
+        swapped[0, [1, L - 2]] = swapped[0, [L - 2, 1]]
+        moved = self.forward(ids, full, swapped).double()
+        if "position_ids" in self.model_kwargs(full, swapped) and _gap(moved, base) <= tol:
+            return ("position ids ignored", ": swapping two tokens' position ids left every logit unchanged; the "
+                    "model computes its own positions, so left padding shifts them (use the family target, which "
+                    "never pads, or equal-length prompts)")
+        if "NaN" in problem:
+            return "non-finite logits", ""
+        if "first position" in problem:
+            return "causal block", ": the model attends causally inside the block (it ignores the 4D mask's " \
+                "bidirectional block)"
+        return "batch-dependent numerics", ": the mask and position ids take effect, so the model's numerics " \
+            "depend on the other rows or positions of a call"
 
     def _probe_token(self, i: int) -> int:
-        """The i-th token id used by the self-check: small ids, skipping the mask id."""
-        ids = [t for t in range(min(self.vocab_size, 16)) if t != self.mask_id]
+        """The i-th token id used by the self-check: small ids, skipping the mask and end-of-sequence ids."""
+        ids = [t for t in range(min(self.vocab_size, 16)) if t not in (self.mask_id, self.eos_id)]
         return ids[i % len(ids)]
 
     def _probe(self, prompts, block_size, node_sets) -> list[torch.Tensor]:
-        session = (BlockCausalSession if self.layout == "block_causal" else BidirectionalSession)(
-            self, prompts, block_size, block_size)
+        session = self.session_class()(self, prompts, block_size, block_size)
         root = torch.full((len(prompts), 1, block_size), self.mask_id, dtype=torch.long, device=self.device)
         if self.layout == "block_causal":
             session.score(root)  # prefill, so every probe below reads the same cached prefix
-        return [session.score(torch.stack(nodes)[None].expand(len(prompts), -1, -1)).double() for nodes in node_sets]
+        return [session.score(torch.stack(nodes)[None].expand(len(prompts), -1, -1)) for nodes in node_sets]
 
 
 class _LeftPadded(Session):
@@ -257,6 +382,18 @@ class BidirectionalSession(_LeftPadded):
         self.start_slot = s + block.shape[1]
 
 
+def _non_finite(logits: torch.Tensor) -> bool:
+    """NaN, +inf, or a position whose every logit is -inf (-inf on some ids is a model masking them)."""
+    return bool(torch.isnan(logits).any() or torch.isposinf(logits).any()
+                or torch.isneginf(logits).all(-1).any())
+
+
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest |a - b|, equal infinities counting as equal, NaN as infinitely far."""
+    diff = torch.where(a == b, torch.zeros((), dtype=a.dtype, device=a.device), (a - b).abs())
+    return float(diff.nan_to_num(math.inf).max())
+
+
 def _crop(cache, length: int) -> None:
     """Cut a transformers cache back to `length` positions (a negative count: the form every version takes)."""
     extra = cache.get_seq_length() - length
@@ -300,13 +437,29 @@ def is_hf_directory(path) -> bool:
 def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str | None = None,
                    mask_id: int | None = None, eos_id: int | None | str = "auto", dtype: torch.dtype = torch.float32,
                    device="cpu", trust_remote_code: bool = False, logits_shift: int = 0,
-                   attn_implementation: str = "sdpa") -> HFTarget:
-    """An `HFTarget` from a local checkpoint directory (config.json, weights, tokenizer files). Nothing is
-    downloaded; remote code runs only with `trust_remote_code=True`.
+                   attn_implementation: str | None = "sdpa") -> HFTarget:
+    """The generic `HFTarget(layout, logits_shift)` from a local checkpoint directory (config.json, weights,
+    tokenizer files). Nothing is downloaded; remote code runs only with `trust_remote_code=True`.
+    `spot.load_target(DIR)` gives a LLaDA, Dream, SDAR or LLaDA2 checkpoint its family target instead
+    (spot.families).
 
     The mask id is `mask_id`, else the tokenizer's id of `mask_token`, else the tokenizer's or config's mask token
     (LLaDA, Dream and SDAR checkpoints name one); eos_id "auto" takes the config's or tokenizer's (the first one
     when several are listed)."""
+    model, tokenizer, mask_id, eos_id = load_hf_parts(directory, mask_token=mask_token, mask_id=mask_id,
+                                                      eos_id=eos_id, dtype=dtype, device=device,
+                                                      trust_remote_code=trust_remote_code,
+                                                      attn_implementation=attn_implementation or "sdpa")
+    return HFTarget(model, layout, mask_id=mask_id, eos_id=eos_id, tokenizer=tokenizer, logits_shift=logits_shift,
+                    pad_id=_first(getattr(model.config, "pad_token_id", None)))
+
+
+def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dtype=torch.float32, device="cpu",
+                  trust_remote_code=False, attn_implementation=None, auto_model: bool = False):
+    """(model, tokenizer or None, mask id, eos id) of a checkpoint directory (`load_hf_target`'s docstring says how
+    the ids are found). auto_model: load with AutoModel (Dream), else AutoModelForCausalLM unless the config's
+    auto_map maps only AutoModel; attn_implementation None: the model's own default."""
+    import json
     from pathlib import Path
 
     directory = Path(directory)
@@ -322,9 +475,13 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
     if any((directory / name).is_file() for name in TOKENIZER_FILES):
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True,
                                                                trust_remote_code=trust_remote_code)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        directory, local_files_only=True, trust_remote_code=trust_remote_code, dtype=dtype,
-        attn_implementation=attn_implementation).to(device)
+    options = dict(local_files_only=True, trust_remote_code=trust_remote_code, dtype=dtype)
+    if attn_implementation is not None:
+        options["attn_implementation"] = attn_implementation
+    auto_map = json.loads((directory / "config.json").read_text()).get("auto_map") or {}
+    only_auto_model = trust_remote_code and "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map
+    auto = transformers.AutoModel if auto_model or only_auto_model else transformers.AutoModelForCausalLM
+    model = auto.from_pretrained(directory, **options).to(device)
     config = model.config
     if mask_id is None and mask_token is not None:
         if tokenizer is None:
@@ -338,13 +495,44 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
             mask_id = _first(getattr(config, "mask_token_id", None))
     if mask_id is None:
         raise ValueError(f"{directory}: neither the tokenizer nor config.json names a mask token; pass mask_token= "
-                         "(CLI: --mask-token) or mask_id=")
+                         "(CLI: --mask-token) or mask_id= (CLI: --mask-id)")
     if eos_id == "auto":
         eos_id = _first(getattr(config, "eos_token_id", None))
         if eos_id is None and tokenizer is not None:
             eos_id = _first(tokenizer.eos_token_id)
-    return HFTarget(model, layout, mask_id=int(mask_id), eos_id=eos_id, tokenizer=tokenizer,
-                    logits_shift=logits_shift, pad_id=_first(getattr(config, "pad_token_id", None)))
+    return model, tokenizer, int(mask_id), eos_id
+
+
+# ------------------------------------------------------------------------------------------------ families
+
+FAMILIES = ("llada", "dream", "sdar", "llada2", "bd3lm")
+# Lower-cased markers of each family in model_type, architectures and auto_map, checked in this order ("llada2"
+# before "llada"). The family targets are in spot.families; this module only names them.
+_FAMILY_MARKERS = (("llada2", ("llada2",)), ("bd3lm", ("bd3lm",)), ("sdar", ("sdar",)), ("dream", ("dream",)),
+                   ("llada", ("llada",)))
+
+
+def family_of(config) -> str | None:
+    """The family of a config (a dict from config.json or a transformers config object), or None."""
+    if not isinstance(config, dict):
+        config = config.to_dict() if hasattr(config, "to_dict") else vars(config)
+    names = [str(config.get("model_type") or "")]
+    names += [str(a) for a in config.get("architectures") or ()]
+    names += [str(v) for v in (config.get("auto_map") or {}).values()]
+    text = " ".join(names).lower()
+    for family, markers in _FAMILY_MARKERS:
+        if any(m in text for m in markers):
+            return family
+    return None
+
+
+def family_of_directory(directory) -> str | None:
+    import json
+    from pathlib import Path
+    try:
+        return family_of(json.loads((Path(directory) / "config.json").read_text()))
+    except (OSError, ValueError):
+        return None
 
 
 def _first(value):

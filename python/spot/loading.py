@@ -199,8 +199,9 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     seed and shape: docs/model_card.md), "random" (random weights from `seed`,
     shaped by `config`, for tests and benchmarks), a directory holding target.safetensors + target.json, or a
     Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;
-    `hf_options` (layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift, attn_implementation) go to
-    `spot.hf.load_hf_target` then, and are refused otherwise.
+    `hf_options` (family, layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift,
+    attn_implementation) go to `spot.hf.load_hf_target` then, and are refused otherwise; a checkpoint of a known
+    family (LLaDA, Dream, SDAR, LLaDA2: read from its config.json) gives that family's target (spot.families).
     dtype: "float32" (default), "float64" (exactness tests), "bfloat16" or "float16" (on CPU computed in float32
     from the half weights, docs/half_precision.md).
     """
@@ -210,8 +211,7 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
         dtype = DTYPES[dtype]
     if name not in (*SHIPPED_TARGETS, "random") and Path(name).is_dir() and not (Path(name) / "target.json").is_file() \
             and (Path(name) / "config.json").is_file():
-        from .hf import load_hf_target
-        return load_hf_target(name, dtype=dtype, device=device, **hf_options)
+        return _load_checkpoint(name, dtype, device, **hf_options)
     if hf_options:
         raise TypeError(f"load_target: {sorted(hf_options)} apply to Hugging Face checkpoint directories only")
     tokenizer = _shipped_tokenizer()
@@ -235,6 +235,25 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     if tokenizer is not None and tokenizer.vocab_size != model.cfg.vocab_size:
         tokenizer = None  # a model of another vocabulary has no text interface
     return ModelTarget(model.to(device=device, dtype=dtype), tokenizer)
+
+
+def _load_checkpoint(directory, dtype, device, *, family: str | None = "auto", layout: str = "block_causal",
+                     logits_shift: int = 0, **options):
+    """A Hugging Face checkpoint directory's target: its family's (spot.families) when config.json names one or
+    `family` does, else the generic HFTarget(layout, logits_shift)."""
+    from .families import load_family_target
+    from .hf import FAMILIES, family_of_directory, load_hf_target
+
+    if family == "auto":
+        family = family_of_directory(directory)
+    elif family == "generic":
+        family = None
+    elif family is not None and family not in FAMILIES:
+        raise ValueError(f"family: expected 'auto', 'generic', None or one of {FAMILIES}, got {family!r}")
+    if family is None:
+        return load_hf_target(directory, layout=layout, logits_shift=logits_shift, dtype=dtype, device=device,
+                              **options)
+    return load_family_target(directory, family, dtype=dtype, device=device, **options)
 
 
 def _shipped_tokenizer():

@@ -55,6 +55,10 @@ class Session(ABC):
         """Commit a finished block int64 [batch, B] to the prefix (its cost is folded into the next pass). A
         session with `per_row` also takes `append(blocks, rows)`: blocks [len(rows), B] for those rows only."""
 
+    # Per row, how many of the first block's positions the prompt fills (blocks aligned to absolute positions:
+    # SDAR / LLaDA2, spot.families); `generate` decodes that many more positions and drops them from the output.
+    prompt_head: list[int] | None = None
+
     def initial_block(self, block_size: int) -> torch.Tensor | None:
         """The current block's state before its first pass, int64 [batch, B], or None: every position masked.
         A session whose blocks are aligned to absolute positions (diffusers' LLaDA2Pipeline) returns the prompt

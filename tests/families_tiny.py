@@ -1,0 +1,365 @@
+"""Stand-ins for the diffusion-LM families of spot.families, written for these tests (no family's code is copied):
+tiny random transformers that re-derive what each family's modeling code does with its inputs, and each family's
+own one-commit-per-step sampler. docs/integrations.md records how each was checked against the real code.
+
+- LLaDA: forward(input_ids, attention_mask=None, ...) with no position_ids argument (passing one is a TypeError),
+  no 4D mask (a RuntimeError), attention with no mask at all, positions 0..L-1.
+- Dream (Fast-dLLM's copy): forward(input_ids, attention_mask=None, position_ids=None); attention_mask "full" or
+  None means no mask, a 4D one is used as given; position_ids are taken and ignored (positions 0..L-1); the caller
+  shifts the logits (position i is read at i - 1).
+- SDAR: forward(..., past_key_values, **kwargs) with `store_kv` in kwargs: True appends the call's keys and values to
+  the cache, False reads the cache and appends nothing; the 4D mask is read with `.bool()` (an additive 0 / -inf mask
+  is therefore inverted).
+- LLaDA2: forward(..., store_kv=None) (None stores); under sdpa no mask or a 2D all-ones mask means no mask (fully
+  bidirectional: its attention is not causal), a 2D mask with zeros the token-causal padding mask transformers'
+  converter builds, a 4D mask is used as given (bool, or additive floats); under eager no mask or a 2D one is
+  token-causal, and a 4D mask is read as 1.0 = attend (transformers' 4D converter: (1 - mask) filled with the
+  dtype's minimum where non-zero; a bool 4D mask is a NotImplementedError).
+- BD3-LM: forward(input_ids, timesteps, sample_mode, store_kv) and a config without num_hidden_layers.
+
+Every stand-in puts -inf on the mask token's logit, as a trained checkpoint effectively does.
+
+This file is also the remote code of the checkpoint directories the loading tests write (config.json's auto_map
+names its classes), so it imports nothing from the tests.
+"""
+
+import math
+
+import torch
+from torch import nn
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+VOCAB, MASK_ID, EOS_ID = 64, 63, 2
+PROMPTS = [[5, 9, 14, 20], [7, 8, 10, 11, 12, 13, 40, 41], [3, 50, 60, 17, 11], [4, 6, 9, 30, 31, 32, 33, 34, 35, 36,
+                                                                                  37]]
+
+
+class TinyConfig(PretrainedConfig):
+    model_type = "spot_tiny"
+
+    def __init__(self, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, mask_token_id=None, eos_token_id=EOS_ID, suppressed_id=MASK_ID, **kwargs):
+        self.vocab_size, self.hidden_size, self.num_hidden_layers = vocab_size, hidden_size, num_hidden_layers
+        self.num_attention_heads, self.intermediate_size = num_attention_heads, intermediate_size
+        self.num_key_value_heads, self.head_dim = num_attention_heads, hidden_size // num_attention_heads
+        self.mask_token_id, self.suppressed_id = mask_token_id, suppressed_id
+        kwargs.setdefault("tie_word_embeddings", False)
+        super().__init__(eos_token_id=eos_token_id, **kwargs)
+
+
+class LLaDAConfig(TinyConfig):
+    model_type = "llada"
+
+    def __init__(self, mask_token_id=MASK_ID, **kwargs):  # LLaDA's and Dream's configs name their mask token
+        super().__init__(mask_token_id=mask_token_id, **kwargs)
+
+
+class DreamConfig(TinyConfig):
+    model_type = "Dream"
+
+    def __init__(self, mask_token_id=MASK_ID, **kwargs):
+        super().__init__(mask_token_id=mask_token_id, **kwargs)
+
+
+class SDARConfig(TinyConfig):
+    model_type = "sdar"
+
+    def __init__(self, **kwargs):  # an __init__ of its own: transformers 5 generates one otherwise
+        super().__init__(**kwargs)
+
+
+class LLaDA2Config(TinyConfig):
+    model_type = "llada2_moe"
+
+    def __init__(self, **kwargs):  # an __init__ of its own: transformers 5 generates one otherwise
+        super().__init__(**kwargs)
+
+
+def _rms(x):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def _rope(x, positions):
+    """Rotate-half RoPE; x [b, h, q, d], positions [b, q]."""
+    d = x.shape[-1]
+    inv = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d))
+    angle = positions.to(torch.float64)[:, None, :, None] * inv  # [b, 1, q, d/2]
+    cos, sin = torch.cat((angle, angle), -1).cos().to(x.dtype), torch.cat((angle, angle), -1).sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat((-x2, x1), -1) * sin
+
+
+def _cached(cache, layer: int):
+    """(keys, values) a transformers cache holds for `layer`, or None (both transformers lines)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        if len(layers) > layer and getattr(layers[layer], "keys", None) is not None \
+                and getattr(layers[layer], "is_initialized", True):
+            return layers[layer].keys, layers[layer].values
+        return None
+    if len(cache) > layer:
+        return cache[layer]
+    return None
+
+
+class TinyPreTrained(PreTrainedModel):
+    config_class = TinyConfig
+    base_model_prefix = "tiny"
+    _supports_sdpa = True
+    _tied_weights_keys = []
+
+    def __init__(self, config):
+        super().__init__(config)
+        H, F, V = config.hidden_size, config.intermediate_size, config.vocab_size
+        self.embed = nn.Embedding(V, H)
+        self.layers = nn.ModuleList(nn.ModuleDict(dict(qkv=nn.Linear(H, 3 * H, bias=False),
+                                                        o=nn.Linear(H, H, bias=False),
+                                                        up=nn.Linear(H, F, bias=False),
+                                                        down=nn.Linear(F, H, bias=False)))
+                                    for _ in range(config.num_hidden_layers))
+        self.lm_head = nn.Linear(H, V, bias=False)
+        self.post_init()
+
+    def _init_weights(self, module):
+        pass  # `randomize` sets every weight
+
+    def get_input_embeddings(self):
+        return self.embed
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def randomize(self, seed: int = 0, head_scale: float = 4.0):
+        """Random weights from `seed`; the LM head scaled so predictions are peaked (drafted trees are accepted)."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.3)
+            self.lm_head.weight.mul_(head_scale)
+        return self
+
+    def run(self, ids, mask=None, positions=None, cache=None, store=True, mask_kind="visible"):
+        """Logits of one call. mask: None (no mask), or [b, 1, Q, K]: bool True = attend (mask_kind "visible") or
+        float added to the scores (mask_kind "additive"). cache: a transformers cache; `store` appends this call's
+        keys and values to it, else they are only read after the cached ones."""
+        b, q = ids.shape
+        cfg = self.config
+        h_, d = cfg.num_attention_heads, cfg.head_dim
+        if positions is None:
+            start = cache.get_seq_length() if cache is not None else 0
+            positions = torch.arange(start, start + q, device=ids.device)[None].expand(b, q)
+        x = self.embed(ids)
+        for i, layer in enumerate(self.layers):
+            qkv = layer["qkv"](_rms(x)).view(b, q, 3, h_, d).permute(2, 0, 3, 1, 4)
+            qs, ks, vs = _rope(qkv[0], positions), _rope(qkv[1], positions), qkv[2]
+            if cache is not None:
+                if store:
+                    ks, vs = cache.update(ks, vs, i)
+                else:
+                    held = _cached(cache, i)
+                    if held is not None:
+                        ks, vs = torch.cat((held[0], ks), -2), torch.cat((held[1], vs), -2)
+            scores = qs @ ks.transpose(-1, -2) / math.sqrt(d)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, -math.inf) if mask_kind == "visible" else scores + mask
+            att = torch.softmax(scores, -1) @ vs
+            x = x + layer["o"](att.transpose(1, 2).reshape(b, q, h_ * d))
+            x = x + layer["down"](torch.nn.functional.silu(layer["up"](_rms(x))))
+        logits = self.lm_head(_rms(x))
+        logits[..., cfg.suppressed_id] = -math.inf
+        return CausalLMOutputWithPast(logits=logits, past_key_values=cache)
+
+
+class LLaDAModelLM(TinyPreTrained):
+    config_class = LLaDAConfig
+
+    def forward(self, input_ids, attention_mask=None, past_key_values=None, use_cache=None):
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise RuntimeError("LLaDA takes a 2D padding mask only")
+        return self.run(input_ids)  # attention without a mask; positions 0..L-1
+
+
+class DreamModel(TinyPreTrained):
+    config_class = DreamConfig
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None):
+        # Fast-dLLM's Dream computes its own positions 0..L-1 whatever position_ids says (its sampler passes them
+        # only with padding, which spot's Dream target never uses)
+        if isinstance(attention_mask, str) or attention_mask is None:  # "full": no mask
+            return self.run(input_ids)
+        if attention_mask.dim() != 4:
+            raise RuntimeError("Dream takes 'full' or a 4D mask")
+        kind = "visible" if attention_mask.dtype == torch.bool else "additive"
+        return self.run(input_ids, attention_mask, mask_kind=kind)
+
+
+class SDARForCausalLM(TinyPreTrained):
+    config_class = SDARConfig
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
+                **kwargs):
+        mask = attention_mask.bool() if attention_mask is not None else None  # 0 / -inf would read inverted
+        if mask is not None and bool(mask.all()):
+            mask = None
+        return self.run(input_ids, mask, position_ids, past_key_values, store=bool(kwargs.get("store_kv", False)))
+
+
+class LLaDA2MoeModelLM(TinyPreTrained):
+    config_class = LLaDA2Config
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=None,
+                store_kv=None):
+        store = True if store_kv is None else store_kv
+        eager = self.config._attn_implementation == "eager"
+        mask, kind = None, "visible"
+        if attention_mask is None or attention_mask.dim() == 2:
+            # sdpa: no mask, or an all-ones 2D one, means no mask (its attention is not causal); eager, or a 2D mask
+            # with zeros: transformers' token-causal (+ padding) mask
+            if eager or (attention_mask is not None and not bool(attention_mask.bool().all())):
+                q = input_ids.shape[1]
+                mask = torch.ones(q, q, dtype=torch.bool, device=input_ids.device).tril()[None, None]
+                if attention_mask is not None:
+                    mask = mask & attention_mask.bool()[:, None, None, :]
+        else:
+            if eager:  # transformers' 4D converter: 1.0 attends, anything else gets the dtype's minimum
+                if attention_mask.dtype == torch.bool:
+                    raise NotImplementedError("eager LLaDA2 computes 1.0 - mask, which a bool tensor refuses")
+                inverted = 1.0 - attention_mask.to(self.dtype)
+                mask, kind = inverted.masked_fill(inverted.bool(), torch.finfo(self.dtype).min), "additive"
+            elif attention_mask.dtype == torch.bool:
+                mask = attention_mask
+            else:
+                mask, kind = attention_mask.to(self.dtype), "additive"
+        return self.run(input_ids, mask, position_ids, past_key_values, store=store, mask_kind=kind)
+
+
+class BD3LMConfig(PretrainedConfig):
+    model_type = "bd3lm"
+
+    def __init__(self, vocab_size=VOCAB, hidden_dim=32, n_blocks=2, **kwargs):
+        self.vocab_size, self.hidden_dim, self.n_blocks = vocab_size, hidden_dim, n_blocks
+        super().__init__(**kwargs)
+
+
+class BD3LM(PreTrainedModel):
+    config_class = BD3LMConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_dim)
+        self.head = nn.Linear(config.hidden_dim, config.vocab_size)
+        self.post_init()
+
+    def forward(self, input_ids, timesteps, sample_mode=False, store_kv=False):
+        return self.head(self.embed(input_ids))
+
+
+# ---------------------------------------------------------------------------------------------- own samplers
+# One commit per forward, T = 0: the settings at which each family's sampler is what spot's `standard` is.
+
+
+def _greedy(logits):
+    probs = torch.softmax(logits.double(), -1)
+    conf, token = probs.max(-1)
+    return token, conf
+
+
+def llada_generate(model, prompt, gen_length: int, block_length: int, mask_id: int = MASK_ID):
+    """LLaDA's low_confidence remasking with steps = gen_length: the whole sequence every step, the most confident
+    masked position of the current block committed."""
+    x = torch.tensor([prompt + [mask_id] * gen_length])
+    P = len(prompt)
+    for block in range(gen_length // block_length):
+        lo, hi = P + block * block_length, P + (block + 1) * block_length
+        for _ in range(block_length):
+            token, conf = _greedy(model(x).logits[0])
+            conf[:lo], conf[hi:] = -math.inf, -math.inf
+            conf[x[0] != mask_id] = -math.inf
+            pos = int(conf.argmax())
+            x[0, pos] = token[pos]
+    return x[0, P:].tolist()
+
+
+def dream_generate(model, prompt, gen_length: int, mask_id: int = MASK_ID):
+    """Dream's maskgit_plus with one commit per step (the whole generation one block), logits shifted right."""
+    x = torch.tensor([prompt + [mask_id] * gen_length])
+    for _ in range(gen_length):
+        logits = model(x, "full").logits
+        logits = torch.cat((logits[:, :1], logits[:, :-1]), 1)[0]
+        token, conf = _greedy(logits)
+        conf[x[0] != mask_id] = -math.inf
+        pos = int(conf.argmax())
+        x[0, pos] = token[pos]
+    return x[0, len(prompt):].tolist()
+
+
+def block_aligned_generate(model, prompt, gen_length: int, block_length: int, mask_id: int = MASK_ID,
+                           cached: bool = True):
+    """SDAR's block generate (cached=True: whole prompt blocks prefilled with store_kv=True, each block denoised
+    over the cache with store_kv=False, then stored) or LLaDA2's generate() (cached=False: the window up to the
+    current block recomputed every step): blocks at absolute positions, a block-causal 4D mask, steps = B."""
+    from transformers import DynamicCache
+
+    B, P = block_length, len(prompt)
+    n_blocks = -(-(P + gen_length) // B)
+    x = torch.full((1, n_blocks * B), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    block_of = torch.arange(n_blocks * B) // B
+    visible = (block_of[None, :] <= block_of[:, None])[None, None]
+    positions = torch.arange(n_blocks * B)[None]
+    cache = DynamicCache() if cached else None
+    first = P // B
+    if cached and first:
+        model(x[:, :first * B], visible[..., :first * B, :first * B], positions[:, :first * B],
+              past_key_values=cache, use_cache=True, store_kv=True)
+    for k in range(first, n_blocks):
+        lo, hi = k * B, (k + 1) * B
+        while bool((x[0, lo:hi] == mask_id).any()):
+            if cached:
+                logits = model(x[:, lo:hi], visible[..., lo:hi, :hi], positions[:, lo:hi], past_key_values=cache,
+                               use_cache=True, store_kv=False).logits[0]
+            else:
+                logits = model(x[:, :hi], visible[..., :hi, :hi], positions[:, :hi]).logits[0, lo:]
+            token, conf = _greedy(logits)
+            conf[x[0, lo:hi] != mask_id] = -math.inf
+            pos = int(conf.argmax())
+            x[0, lo + pos] = token[pos]
+        if cached:
+            model(x[:, lo:hi], visible[..., lo:hi, :hi], positions[:, lo:hi], past_key_values=cache, use_cache=True,
+                  store_kv=True)
+    return x[0, P:P + gen_length].tolist()
+
+
+def model(family: str, seed: int = 0, attn: str = "sdpa", dtype=torch.float64):
+    """A tiny random stand-in of `family` ("llada", "dream", "sdar", "llada2")."""
+    cls, config = {"llada": (LLaDAModelLM, LLaDAConfig), "dream": (DreamModel, DreamConfig),
+                   "sdar": (SDARForCausalLM, SDARConfig), "llada2": (LLaDA2MoeModelLM, LLaDA2Config)}[family]
+    cfg = config()
+    cfg._attn_implementation = attn
+    return cls(cfg).to(dtype).randomize(seed).eval()
+
+
+AUTO_MAP = {"llada": ("LLaDAConfig", "LLaDAModelLM", "AutoModelForCausalLM"),
+            "dream": ("DreamConfig", "DreamModel", "AutoModel"),
+            "sdar": ("SDARConfig", "SDARForCausalLM", "AutoModelForCausalLM"),
+            "llada2": ("LLaDA2Config", "LLaDA2MoeModelLM", "AutoModelForCausalLM")}
+
+
+def save_checkpoint(family: str, directory, seed: int = 0):
+    """A checkpoint directory laid out as the family ships it: config.json with its auto_map naming this file as
+    the remote code, the code file beside it, safetensors weights."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    directory = Path(directory)
+    m = model(family, seed)
+    m.save_pretrained(directory, safe_serialization=True)
+    shutil.copy(Path(__file__), directory / "families_tiny.py")
+    config_name, model_name, auto = AUTO_MAP[family]
+    cfg = json.loads((directory / "config.json").read_text())
+    cfg["auto_map"] = {"AutoConfig": f"families_tiny.{config_name}", auto: f"families_tiny.{model_name}"}
+    cfg["architectures"] = [model_name]
+    (directory / "config.json").write_text(json.dumps(cfg, indent=1))
+    return directory

@@ -1,0 +1,224 @@
+"""spot.families on the stand-ins of tests/families_tiny.py: `standard` equals each family's own one-commit sampler,
+spot and confidence equal `standard` with drafted commits accepted, the family is read from a checkpoint directory,
+and the self-check names the cause of a model it refuses. Runs on transformers 4.56-4.57 and 5.x (make test runs
+it on both)."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import families_tiny as ft  # noqa: E402
+import hf_tiny  # noqa: E402
+import spot  # noqa: E402
+from spot.families import (AlignedBlockSession, BlockAlignedTarget, DreamTarget, LLaDA2Target, LLaDATarget,  # noqa: E402
+                           SDARTarget, family_of, family_target)
+from spot.hf import HFTarget, IncompatibleModelError, SelfCheckError  # noqa: E402
+from spot.order_model import LearnedDrafter, OrderModel, OrderModelConfig  # noqa: E402
+
+FAMILIES = ("llada", "dream", "sdar", "llada2")
+TARGETS = {"llada": LLaDATarget, "dream": DreamTarget, "sdar": SDARTarget, "llada2": LLaDA2Target}
+
+
+def portable_drafter(seed=0):
+    torch.manual_seed(seed)
+    return LearnedDrafter(OrderModel(OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64, top_k=8,
+                                                      resampled=True)))
+
+
+def target(family, seed=0, attn="sdpa"):
+    return family_target(family, ft.model(family, seed, attn), mask_id=ft.MASK_ID, eos_id=ft.EOS_ID)
+
+
+def own_sampler(family, model, prompt, gen, B):
+    if family == "llada":
+        return ft.llada_generate(model, prompt, gen, B)
+    if family == "dream":
+        return ft.dream_generate(model, prompt, gen)
+    return ft.block_aligned_generate(model, prompt, gen, B, cached=family == "sdar")
+
+
+@pytest.mark.parametrize("block_size", [4, 8])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_standard_equals_the_familys_own_sampler(family, block_size):
+    """Prompt lengths 4, 8, 5 and 11: multiples of the block and not (SDAR / LLaDA2 decode the prompt's partial
+    last block with the first generated tokens). Dream's sampler decodes the whole generation as one block."""
+    t = target(family)
+    gen = block_size if family == "dream" else 16
+    for prompt in ft.PROMPTS:
+        want = own_sampler(family, t.model, prompt, gen, block_size)
+        got = spot.generate(t, [prompt], "standard", max_new_tokens=gen, block_size=block_size, eos_id=None)
+        assert got.tokens[0] == want, (family, len(prompt))
+    batched = spot.generate(t, ft.PROMPTS, "standard", max_new_tokens=gen, block_size=block_size, eos_id=None)
+    alone = [spot.generate(t, [p], "standard", max_new_tokens=gen, block_size=block_size, eos_id=None).tokens[0]
+             for p in ft.PROMPTS]
+    assert batched.tokens == alone  # rows of different lengths (padded, or in separate calls) do not interact
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("block_size", [4, 8])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_spot_and_confidence_equal_standard(family, block_size, temperature):
+    t = target(family)
+    s = dict(max_new_tokens=16, block_size=block_size, temperature=temperature, eos_id=None, budget=8)
+    ref = spot.generate(t, ft.PROMPTS, "standard", **s)
+    drafted = 0
+    for method in ("confidence", "spot"):
+        out = spot.generate(t, ft.PROMPTS, method, drafter=portable_drafter(), **s)
+        assert out.tokens == ref.tokens, method
+        assert out.stats.target_passes <= ref.stats.target_passes
+        drafted += sum((n - 1) * c for n, c in out.stats.commits_per_pass.items() if n > 1)
+    assert drafted > 0
+
+
+def test_the_output_starts_after_the_prompt_in_aligned_blocks():
+    """SDAR / LLaDA2 open the first block with the prompt's last tokens: the output is what follows the prompt,
+    max_new_tokens long, and an end-of-sequence token cuts it as in any target."""
+    t = target("sdar")
+    prompt = ft.PROMPTS[2]  # 5 tokens, B = 4: one prompt token opens the first block
+    out = spot.generate(t, [prompt], "standard", max_new_tokens=7, block_size=4, eos_id=None)
+    assert len(out.tokens[0]) == 7
+    assert out.tokens[0] == ft.block_aligned_generate(t.model, prompt, 16, 4)[:7]
+    with pytest.raises(ValueError, match="end-of-sequence"):  # it would read as the answer's end
+        t.start([[5, 6, 7, 8, 9, ft.EOS_ID]], 8, 4)
+    session = t.start([prompt, ft.PROMPTS[1]], 8, 4)
+    assert isinstance(session, AlignedBlockSession) and session.prompt_head == [1, 0]
+    assert session.block_start.tolist() == [4, 8]
+    assert session.initial_block(4)[0].tolist() == [prompt[4]] + [ft.MASK_ID] * 3
+
+
+def test_llada_rows_of_different_lengths_go_in_separate_calls():
+    t = target("llada")
+    out = spot.generate(t, ft.PROMPTS, "standard", max_new_tokens=8, block_size=4, eos_id=None)
+    lengths = {len(p) for p in ft.PROMPTS}
+    assert out.stats.target_passes == len(lengths) * 8  # one call per length per commit
+    with pytest.raises(IncompatibleModelError, match="llada"):  # the generic path hands it position ids
+        HFTarget(t.model, "bidirectional", mask_id=ft.MASK_ID).start([[5, 6]], 4, 4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_family_is_read_from_the_checkpoint_directory(family, tmp_path):
+    directory = ft.save_checkpoint(family, tmp_path / family)
+    mask = {} if family in ("llada", "dream") else dict(mask_id=ft.MASK_ID)  # SDAR's / LLaDA2's configs name none
+    t = spot.load_target(str(directory), trust_remote_code=True, dtype="float64", **mask)
+    assert type(t) is TARGETS[family] and t.mask_id == ft.MASK_ID and t.eos_id == ft.EOS_ID
+    want = spot.generate(target(family), ft.PROMPTS, "standard", max_new_tokens=8, block_size=4, eos_id=None)
+    got = spot.generate(t, ft.PROMPTS, "confidence", max_new_tokens=8, block_size=4, eos_id=None)
+    assert got.tokens == want.tokens
+    generic = spot.load_target(str(directory), trust_remote_code=True, dtype="float64", family="generic",
+                               layout="bidirectional", **mask)
+    assert type(generic) is HFTarget
+
+
+def test_cli_generates_with_a_family_checkpoint(tmp_path, capsys):
+    from spot.cli import main
+
+    directory = ft.save_checkpoint("sdar", tmp_path / "sdar")
+    assert main(["generate", "--target", str(directory), "--trust-remote-code", "--mask-id", str(ft.MASK_ID),
+                 "--dtype", "float64", "--attn-implementation", "sdpa", "--prompt-len", "6", "--methods",
+                 "standard,confidence", "--max-new-tokens", "8", "--block-size", "4", "--budget", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "standard" in out and "confidence" in out
+
+
+def test_family_of_reads_model_type_architectures_and_auto_map():
+    assert family_of({"model_type": "llada"}) == "llada"
+    assert family_of({"model_type": "llada2_moe"}) == "llada2"
+    assert family_of({"architectures": ["SDARForCausalLM"]}) == "sdar"
+    assert family_of({"auto_map": {"AutoModel": "modeling_dream.DreamModel"}}) == "dream"
+    assert family_of({"model_type": "bd3lm"}) == "bd3lm"
+    assert family_of({"model_type": "qwen3"}) is None
+    assert family_of(ft.model("llada2").config) == "llada2"
+    with pytest.raises(ValueError, match="family"):
+        family_target("gpt", ft.model("sdar"), mask_id=ft.MASK_ID)
+
+
+def test_bd3lm_is_refused_by_name(tmp_path):
+    model = ft.BD3LM(ft.BD3LMConfig()).double()
+    with pytest.raises(NotImplementedError, match="BD3-LM"):
+        family_target("bd3lm", model, mask_id=ft.MASK_ID)
+    model.save_pretrained(tmp_path)
+    with pytest.raises(NotImplementedError, match="timesteps"):
+        spot.load_target(str(tmp_path), mask_id=ft.MASK_ID)
+    # the generic path dies inside the model's config or forward: a named error that points at the family
+    t = HFTarget(model, "block_causal", mask_id=ft.MASK_ID, self_check=False)
+    with pytest.raises(IncompatibleModelError, match="bd3lm"):
+        spot.generate(t, [[5, 6]], "standard", max_new_tokens=4, block_size=4)
+
+
+# ---------------------------------------------------------------------------------------------- the self-check
+
+
+class NaNLogits(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids, **kwargs):
+        out = self.inner(input_ids=input_ids, **kwargs)
+        out.logits[..., 3] = float("nan")
+        return out
+
+
+class IgnoresPositionIds(torch.nn.Module):
+    """Computes its own positions (0.. over the call's columns after the cache), as Fast-dLLM's Dream does."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, **kwargs):
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+
+
+def refused_cause(t) -> str:
+    with pytest.raises(SelfCheckError) as info:
+        t.self_check(4)
+    return info.value.cause
+
+
+@pytest.mark.parametrize("layout", ["block_causal", "bidirectional"])
+def test_nan_logits_are_refused(layout):
+    t = HFTarget(NaNLogits(hf_tiny.model("qwen3")), layout, mask_id=hf_tiny.MASK_ID)
+    assert refused_cause(t) == "non-finite logits"
+    with pytest.raises(SelfCheckError, match="NaN"):
+        t.self_check(4)
+
+
+@pytest.mark.parametrize("layout", ["block_causal", "bidirectional"])
+def test_a_model_that_ignores_the_mask_is_refused_as_such(layout):
+    t = HFTarget(hf_tiny.IgnoresMask(hf_tiny.model("qwen3")), layout, mask_id=hf_tiny.MASK_ID)
+    assert refused_cause(t) == "mask ignored"
+
+
+def test_a_model_that_ignores_position_ids_is_refused_as_such():
+    t = HFTarget(IgnoresPositionIds(hf_tiny.model("qwen3")), "block_causal", mask_id=hf_tiny.MASK_ID)
+    assert refused_cause(t) == "position ids ignored"
+
+
+def test_a_model_that_misreads_the_mask_form_is_refused_as_such():
+    """LLaDA2 under eager reads a 4D mask as 1.0 = attend (bool or float), not as an additive 0 / -inf one."""
+    llada2 = ft.model("llada2", attn="eager")
+    t = HFTarget(llada2, "block_causal", mask_id=ft.MASK_ID)
+    assert t.mask_form == "additive" and refused_cause(t) == "mask form misread (additive vs bool)"
+    with pytest.raises(SelfCheckError, match="reads the 4D mask as float, the target handed it additive"):
+        t.self_check(4)
+    # the family targets hand each the form it reads
+    LLaDA2Target(llada2, mask_id=ft.MASK_ID).self_check(4)
+    assert LLaDA2Target(llada2, mask_id=ft.MASK_ID).mask_form == "float"
+    SDARTarget(ft.model("sdar", attn="eager"), mask_id=ft.MASK_ID).self_check(4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_family_targets_pass_their_self_check(family):
+    t = target(family)
+    t.self_check(4)
+    t.self_check(8)
+    assert isinstance(t, BlockAlignedTarget) == (family in ("sdar", "llada2"))
+
+
+def test_llada2_eager_decodes_like_sdpa():
+    want = spot.generate(target("llada2"), ft.PROMPTS, "standard", max_new_tokens=8, block_size=4, eos_id=None)
+    got = spot.generate(target("llada2", attn="eager"), ft.PROMPTS, "spot", drafter=portable_drafter(),
+                        max_new_tokens=8, block_size=4, eos_id=None, budget=8)
+    assert got.tokens == want.tokens
