@@ -1,8 +1,13 @@
-"""`spot` / `python -m spot`: generate text, benchmark decoding methods against each other, or `spot build ...`."""
+"""`spot` / `python -m spot`: generate text, benchmark decoding methods against each other, or `spot build ...`.
+
+Every error of `spot` and `spot build` goes through `main`: one line naming the argument on stderr and exit code 1
+(argparse's own errors: 2), the traceback only with --debug (anywhere on the command line) or SPOT_DEBUG=1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
@@ -20,24 +25,53 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0)
     hf = p.add_argument_group("Hugging Face targets (--target DIR with a config.json)")
-    hf.add_argument("--layout", default="block_causal", choices=("block_causal", "bidirectional"),
-                    help="block_causal: SDAR / BD3-LM / LLaDA2 (KV-cached prefix); bidirectional: LLaDA / Dream")
+    hf.add_argument("--layout", choices=("block_causal", "bidirectional"),
+                    help="block_causal (default): SDAR / BD3-LM / LLaDA2 (KV-cached prefix); bidirectional: LLaDA / "
+                         "Dream")
     hf.add_argument("--mask-token", help="the mask token's text (default: the tokenizer's or config's mask token)")
     hf.add_argument("--mask-id", type=int, help="the mask token's id (instead of --mask-token)")
-    hf.add_argument("--logits-shift", type=int, default=0, choices=(0, 1),
+    hf.add_argument("--logits-shift", type=int, choices=(0, 1),
                     help="1 for models whose logit for position i is read at i - 1 (Dream)")
     hf.add_argument("--trust-remote-code", action="store_true",
                     help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR); only for code you trust")
 
 
-def target_from_args(a):
-    """The target of --target with its flags; the Hugging Face flags apply to checkpoint directories only."""
-    from .hf import is_hf_directory
-    if a.target in ("default", "random") or not is_hf_directory(a.target):
-        return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+HF_FLAGS = ("layout", "mask_token", "mask_id", "logits_shift", "trust_remote_code")
+
+
+def check_device(device: str) -> None:
+    """--device names a torch device that this machine has, else a one-line error (not torch's traceback)."""
+    import torch
     try:
-        return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout, mask_token=a.mask_token,
-                           mask_id=a.mask_id, logits_shift=a.logits_shift, trust_remote_code=a.trust_remote_code)
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise SystemExit(f"--device: not a torch device: {device!r} (e.g. cpu, cuda, cuda:1)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {device}: no CUDA GPU is available here (torch.cuda.is_available() is False)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise SystemExit(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type not in ("cpu", "cuda"):
+        raise SystemExit(f"--device {device}: spot runs on cpu or cuda devices")
+
+
+def target_from_args(a):
+    """The target of --target with its flags; the Hugging Face flags apply to checkpoint directories only (given
+    for another target, they are refused rather than ignored)."""
+    from .hf import is_hf_directory
+    check_device(a.device)
+    given = [name for name in HF_FLAGS if getattr(a, name, None) not in (None, False)]
+    if a.target in ("default", "target2", "random") or not is_hf_directory(a.target):
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise SystemExit(f"{flag}: applies to Hugging Face checkpoint directories only, not --target {a.target}")
+        try:
+            return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"--target {a.target}: {e}") from None
+    try:
+        return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout or "block_causal",
+                           mask_token=a.mask_token, mask_id=a.mask_id, logits_shift=a.logits_shift or 0,
+                           trust_remote_code=a.trust_remote_code)
     except (FileNotFoundError, ValueError, ImportError) as e:
         raise SystemExit(f"--target {a.target}: {e}") from None
 
@@ -155,11 +189,20 @@ def _prompts(a, target) -> list[list[int]]:
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
 
 
+PROMPTS_FILE_LIMIT_MB = 64  # a prompts file is read whole, up to this size (a device or pipe could be endless)
+
+
 def read_prompts_file(path) -> list[str]:
-    """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines); errors name the file."""
+    """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines) of at most PROMPTS_FILE_LIMIT_MB;
+    errors name the file."""
+    limit = PROMPTS_FILE_LIMIT_MB * 10**6
     try:
         with open(path, encoding="utf-8") as f:
-            texts = [line.rstrip("\n").replace("\\n", "\n") for line in f if line.strip()]
+            text = f.read(limit + 1)  # characters: at least as many bytes
+        if len(text) > limit:
+            raise SystemExit(f"--prompts-file {path}: larger than {PROMPTS_FILE_LIMIT_MB} MB (is it a device or an "
+                             "endless stream?)")
+        texts = [line.replace("\\n", "\n") for line in text.split("\n") if line.strip()]
     except UnicodeDecodeError as e:
         raise SystemExit(f"--prompts-file {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
     except OSError as e:
@@ -374,7 +417,9 @@ def cmd_project(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spot", description="Lossless speculative decoding for diffusion LMs.")
+    parser = argparse.ArgumentParser(prog="spot", description="Lossless speculative decoding for diffusion LMs.",
+                                     epilog="An error prints one line; --debug (anywhere on the command line) or "
+                                            "SPOT_DEBUG=1 shows its traceback.")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode one prompt and compare methods")
     _common(g)
@@ -418,12 +463,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """`spot` and `spot build`: an error ends the command with SystemExit("spot: error: MESSAGE"), which Python
+    prints as that one line on stderr with exit code 1 (argparse's own errors: its usage line, exit code 2); the
+    traceback of an error that is not a SystemExit is shown only with --debug or SPOT_DEBUG=1."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get("SPOT_DEBUG", "") not in ("", "0")
+    argv = [x for x in argv if x != "--debug"]
+    try:
+        return _run(argv)
+    except SystemExit as e:
+        if debug or e.code is None or isinstance(e.code, int):
+            raise
+        raise SystemExit(_error_line(str(e.code))) from None
+    except (ValueError, TypeError, OSError, RuntimeError, ImportError, KeyError, IndexError, OverflowError,
+            RecursionError, MemoryError) as e:
+        if debug:
+            raise
+        raise SystemExit(_error_line(f"{_one_line(e)} ({type(e).__name__}; --debug or SPOT_DEBUG=1 shows the "
+                                     "traceback)")) from None
+
+
+def _run(argv) -> int:
     if argv[:1] == ["build"]:  # the pipeline's own parser; imported only here, never by `import spot`
         from .build.cli import main as build_main
         return build_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) if not isinstance(e, KeyError) else str(e.args[0] if e.args else e)
+    return " ".join(text.split()) or type(e).__name__
+
+
+def _error_line(message: str) -> str:
+    message = " ".join(message.split())
+    return message if message.startswith("spot: error: ") else f"spot: error: {message}"
 
 
 if __name__ == "__main__":
