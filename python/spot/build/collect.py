@@ -13,8 +13,8 @@ with
   topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past
   32768 tokens), tokens int16 (or int32) [blocks, B, B],
   confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int32 [blocks, B] (positions in commit
-  order; int8 in shards of blocks up to 64 written before), prompt int32 [blocks] (index of the prompt = its noise row), block_index int32 [blocks], block_start
-  int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
+  order; int8 in shards of blocks up to 64 written before), prompt int32 [blocks] (index of the prompt = its
+  noise row), block_index int32 [blocks], block_start int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
   the coupled noise, docs/design.md §2.3).
 """
 
