@@ -14,8 +14,8 @@ with
   32768 tokens), tokens int16 (or int32) [blocks, B, B],
   confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int32 [blocks, B] (positions in commit
   order; int8 in shards of blocks up to 64 written before), prompt int32 [blocks] (index of the prompt = its
-  noise row), block_index int32 [blocks], block_start int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
-  the coupled noise, docs/design.md §2.3).
+  noise row), block_index int32 [blocks], block_start int64 [blocks] (absolute position of the block's first
+  token: with the seed in the metadata, the coordinates of the coupled noise, docs/design.md §2.3).
 """
 
 from __future__ import annotations
