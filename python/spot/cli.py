@@ -36,6 +36,14 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
                     help="run the checkpoint's own modelling code (LLaDA, Dream, SDAR); only for code you trust")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are one line too (`spot: error: argument --x: ...`, exit code 2);
+    --help still prints the usage. Sub-parsers are of the same class."""
+
+    def error(self, message):
+        self.exit(2, f"spot: error: {' '.join(message.split())} (`{self.prog} --help` for usage)\n")
+
+
 HF_FLAGS = ("layout", "mask_token", "mask_id", "logits_shift", "trust_remote_code")
 
 
@@ -417,9 +425,9 @@ def cmd_project(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spot", description="Lossless speculative decoding for diffusion LMs.",
-                                     epilog="An error prints one line; --debug (anywhere on the command line) or "
-                                            "SPOT_DEBUG=1 shows its traceback.")
+    parser = Parser(prog="spot", description="Lossless speculative decoding for diffusion LMs.",
+                    epilog="An error prints one line; --debug (anywhere on the command line) or SPOT_DEBUG=1 shows "
+                           "its traceback.")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode one prompt and compare methods")
     _common(g)

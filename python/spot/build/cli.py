@@ -208,7 +208,8 @@ def _load_trajectories(a) -> list:
     if a.block_sizes:
         paths = [p for p in paths if any(f"-B{b}-" in p for b in _ints(a.block_sizes, "--block-sizes"))]
     if not paths:
-        raise SystemExit(f"no trajectories in {a.data}: run `spot build collect` first")
+        raise SystemExit(f"--data {a.data}: no trajectories there (traj-*.safetensors): run `spot build collect` "
+                         "first")
     runs: dict[str, list[str]] = {}
     for p in paths:
         runs.setdefault(pair_name(p), []).append(p)
@@ -282,6 +283,9 @@ def cmd_tune(a) -> int:
             raise SystemExit(f"{flag}: expected integers >= 1, got {values}")
     if not temperatures or min(temperatures) < 0:
         raise SystemExit(f"--temperatures: expected temperatures >= 0, got {temperatures}")
+    from ..cli import check_device
+
+    check_device(a.device)
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
     texts = [p["text"] for p in build_prompts(a.corpus, TUNE_POOL, split="train")[-a.num_prompts:]]
@@ -309,8 +313,10 @@ def _target_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spot build", description=__doc__.split("\n\n")[0],
-                                     epilog="Every step's outputs default to .cache/ and chain into the next step.")
+    from ..cli import Parser
+
+    parser = Parser(prog="spot build", description=__doc__.split("\n\n")[0],
+                    epilog="Every step's outputs default to .cache/ and chain into the next step.")
     sub = parser.add_subparsers(dest="step", required=True)
     corpus_help = "the --out of `spot build corpus`"
 
