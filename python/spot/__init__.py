@@ -23,6 +23,10 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter | Onl
     (spot/online.py; SET: a key of spot.online.FEATURE_SETS, default "rich2")."""
     base, online, features = str(name).rpartition("+online")
     if online and base and (not features or features.startswith("-")):
+        from .online import FEATURE_SETS
+        if (features[1:] or "rich2") not in FEATURE_SETS:
+            raise ValueError(f"drafter {name!r}: unknown online feature set {features[1:]!r}; expected one of "
+                             f"{sorted(FEATURE_SETS)}")
         return OnlineCalibrated(load_drafter(base, device=device), features=features[1:] or "rich2")
     directory = drafter_directory(name)
     if not (directory / "drafter.safetensors").is_file():
