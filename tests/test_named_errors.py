@@ -70,3 +70,13 @@ def test_a_huge_float_in_a_config_is_named(tmp_path):
     cfg = {**ModelConfig(vocab_size=64).__dict__, "rope_theta": 10**400}
     with pytest.raises(ValueError, match="t.json: config field 'rope_theta' must be a finite number"):
         check_model_config(cfg, "t.json")
+
+
+def test_an_unreadable_weights_file_is_not_reported_missing(tmp_path):
+    save_order_model(OrderModel(SMALL), tmp_path)
+    (tmp_path / "drafter.safetensors").unlink()
+    (tmp_path / "drafter.safetensors").mkdir()  # there, but not a file that can be read
+    with pytest.raises(ValueError, match="drafter.safetensors: not a regular file"):
+        spot.load_drafter(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no order drafter"):
+        spot.load_drafter(str(tmp_path / "none"))

@@ -4,6 +4,8 @@ Read from `generate` down: decode.py (the loop) -> tree.py (draft trees) -> draf
 -> target.py (the target contract) -> model.py (the embedded transformer) -> spot_kernels (the ops).
 """
 
+import os
+
 from .decode import METHODS, DecodeStats, GenerateOutput, generate
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .hf import HFTarget
@@ -29,7 +31,7 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter | Onl
                              f"{sorted(FEATURE_SETS)}")
         return OnlineCalibrated(load_drafter(base, device=device), features=features[1:] or "rich2")
     directory = drafter_directory(name)
-    if not (directory / "drafter.safetensors").is_file():
+    if not os.path.lexists(directory / "drafter.safetensors"):  # there but unreadable: load_weights says so
         raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot build drafter`")
     drafter = load_learned_drafter(directory)
     drafter.model.to(device)

@@ -12,6 +12,7 @@ import glob
 import json
 import math
 import os
+import stat
 import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -121,8 +122,7 @@ def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
     directory = Path(directory)
     config, weights = directory / f"{name}.json", directory / f"{name}.safetensors"
     for path in (config, weights):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
+        check_readable_file(path)
     try:
         meta = json.loads(config.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -144,6 +144,22 @@ def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
         if not bool(torch.isfinite(tensor).all()):
             raise ValueError(f"{weights}: tensor {key!r} holds NaN or infinite values")
     return state, meta
+
+
+def check_readable_file(path) -> None:
+    """FileNotFoundError when `path` does not exist; ValueError naming it when it exists but is no regular file or
+    cannot be read (an unreadable file is not a missing one)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{path}: cannot read it (permission denied)")
 
 
 def check_config_fields(meta, cls, path, optional=()) -> dict:
