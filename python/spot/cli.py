@@ -472,8 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     """`spot` and `spot build`: an error ends the command with SystemExit("spot: error: MESSAGE"), which Python
-    prints as that one line on stderr with exit code 1 (argparse's own errors: its usage line, exit code 2); the
-    traceback of an error that is not a SystemExit is shown only with --debug or SPOT_DEBUG=1."""
+    prints as that one line on stderr with exit code 1 (argparse's usage errors: one line too, `Parser`, exit code
+    2); the traceback of an error that is not a SystemExit is shown only with --debug or SPOT_DEBUG=1."""
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or os.environ.get("SPOT_DEBUG", "") not in ("", "0")
     argv = [x for x in argv if x != "--debug"]
