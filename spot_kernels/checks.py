@@ -138,8 +138,8 @@ def temperature(op: str, value) -> float:
         raise TypeError(f"spot.{op}: temperature must be a float, got {type(value).__name__}")
     value = float(value)
     if not math.isfinite(value) or value < 0 or value > FLOAT32_MAX:
-        raise ValueError(f"spot.{op}: temperature must be >= 0 and finite in float32 (<= {FLOAT32_MAX:.4g}), "
-                         f"got {value}")
+        raise ValueError(f"spot.{op}: temperature must be finite and >= 0, and finite in float32 (<= "
+                         f"{FLOAT32_MAX:.4g}), got {value}")
     return value
 
 
