@@ -21,6 +21,40 @@ F32_64 = (torch.float32, torch.float64)
 I64 = (torch.int64,)
 BOOL = (torch.bool,)
 SEED_LIMIT = 1 << 63
+# The largest finite float32: a temperature above it becomes inf when the logits are scaled in float32.
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+# Anything sized by the caller (an op's output, a model built from a config, a pass's tree and logits) is estimated
+# before it is allocated and refused above this many GB (decimal); override with SPOT_MEMORY_LIMIT_GB. The one
+# estimate check of the project (`size`), shared by the ops here and by spot's targets, drafters and decoder.
+MEMORY_LIMIT_GB = 16.0
+
+
+def limit_bytes(variable: str, default_gb: float) -> int:
+    """A limit in bytes from the environment variable `variable` (GB, decimal; read at each call), else
+    `default_gb`. A value that is not a finite number >= 0 is refused, naming the variable."""
+    value = os.environ.get(variable)
+    if value is None:
+        return int(default_gb * 1e9)
+    try:
+        gb = float(value)
+    except ValueError:
+        raise ValueError(f"{variable}: expected a number of GB, got {value!r}") from None
+    if not math.isfinite(gb) or gb < 0:
+        raise ValueError(f"{variable}: expected a finite number of GB >= 0, got {value!r}")
+    return int(gb * 1e9)
+
+
+def memory_limit_bytes() -> int:
+    return limit_bytes("SPOT_MEMORY_LIMIT_GB", MEMORY_LIMIT_GB)
+
+
+def size(what: str, nbytes: int) -> None:
+    """Refuse, before allocating, what an estimate says needs more than SPOT_MEMORY_LIMIT_GB: `what` names the
+    arguments that set the size ("... give"), the message adds the estimate and the limit."""
+    limit = memory_limit_bytes()
+    if nbytes > limit:
+        raise ValueError(f"{what} {nbytes / 1e9:.3g} GB, above the limit of {limit / 1e9:.3g} GB "
+                         "(SPOT_MEMORY_LIMIT_GB)")
 
 
 def values_enabled(device: torch.device) -> bool:
@@ -99,12 +133,13 @@ def seed(op: str, value) -> int:
 
 
 def temperature(op: str, value) -> float:
-    """A finite real >= 0 (0 = greedy)."""
+    """A real >= 0 (0 = greedy), finite in float32 (the logits are scaled in float32 or float64)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"spot.{op}: temperature must be a float, got {type(value).__name__}")
     value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"spot.{op}: temperature must be finite and >= 0, got {value}")
+    if not math.isfinite(value) or value < 0 or value > FLOAT32_MAX:
+        raise ValueError(f"spot.{op}: temperature must be finite and >= 0, and finite in float32 (<= "
+                         f"{FLOAT32_MAX:.4g}), got {value}")
     return value
 
 

@@ -210,7 +210,7 @@ def test_collect_shards(tmp_path):
         assert meta["block_size"] == "4" and meta["num_prompts"] == "3" and meta["seed"] == "3"
         shapes = {"topk_probs": ((n, B, B, K), torch.float16), "topk_ids": ((n, B, B, K), torch.int16),
                   "tokens": ((n, B, B), torch.int16), "confidence": ((n, B, B), torch.float32),
-                  "masked": ((n, B, B), torch.bool), "order": ((n, B), torch.int8),
+                  "masked": ((n, B, B), torch.bool), "order": ((n, B), torch.int32),
                   "prompt": ((n,), torch.int32), "block_index": ((n,), torch.int32),
                   "block_start": ((n,), torch.int64)}
         assert set(s) == set(shapes)

@@ -56,7 +56,7 @@ def test_bench_spot_with_a_drafter_directory(tmp_path, monkeypatch):
     assert report["settings"]["drafter"] == str(tmp_path / "d")
     assert report["settings"]["branch"] == {"spot": 6, "confidence": spot.tree.BRANCH}  # each method's own
     monkeypatch.setattr(spot, "load_drafter", real)
-    with pytest.raises(FileNotFoundError, match="no order drafter"):
+    with pytest.raises(SystemExit, match="no order drafter"):  # one line, no traceback (spot.cli.main)
         main([*args, "--drafter", str(tmp_path / "missing")])
 
 

@@ -82,7 +82,7 @@ def test_load_drafter_spec():
     d = spot.load_drafter("portable+online")
     assert isinstance(d, OnlineCalibrated) and isinstance(d.base, LearnedDrafter) and d.names == FEATURE_SETS["rich2"]
     assert spot.load_drafter("portable+online-basic").names == ("base", "log_conf")
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="unknown online feature set 'nonesuch'"):  # named, not a KeyError
         spot.load_drafter("portable+online-nonesuch")
     assert d.model is d.base.model  # generate's block / vocabulary checks see the base model
 

@@ -4,6 +4,8 @@ Read from `generate` down: decode.py (the loop) -> tree.py (draft trees) -> draf
 -> target.py (the target contract) -> model.py (the embedded transformer) -> spot_kernels (the ops).
 """
 
+import os
+
 from .decode import METHODS, DecodeStats, GenerateOutput, generate
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from .hf import HFTarget
@@ -23,9 +25,13 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter | Onl
     (spot/online.py; SET: a key of spot.online.FEATURE_SETS, default "rich2")."""
     base, online, features = str(name).rpartition("+online")
     if online and base and (not features or features.startswith("-")):
+        from .online import FEATURE_SETS
+        if (features[1:] or "rich2") not in FEATURE_SETS:
+            raise ValueError(f"drafter {name!r}: unknown online feature set {features[1:]!r}; expected one of "
+                             f"{sorted(FEATURE_SETS)}")
         return OnlineCalibrated(load_drafter(base, device=device), features=features[1:] or "rich2")
     directory = drafter_directory(name)
-    if not (directory / "drafter.safetensors").is_file():
+    if not os.path.lexists(directory / "drafter.safetensors"):  # there but unreadable: load_weights says so
         raise FileNotFoundError(f"no order drafter in {directory}; train one with `spot build drafter`")
     drafter = load_learned_drafter(directory)
     drafter.model.to(device)

@@ -8,13 +8,12 @@ import platform
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from .decode import generate
-from .loading import atomic_write_text
+from .loading import atomic_write_text, check_output_path
 
 
 def random_prompts(vocab_size: int, count: int, length: int, seed: int, low: int = 3) -> list[list[int]]:
@@ -183,8 +182,9 @@ def _check_prompts_and_batch(prompts, batch_size) -> None:
 
 def check_writable(path) -> None:
     """Raise (naming `path`) unless a file can be written at `path`: checked before a run, so that a bad --json
-    does not lose the results of a whole benchmark. Leaves nothing behind."""
-    path = Path(path)
+    does not lose the results of a whole benchmark. Leaves nothing behind. A path inside the installed package is
+    refused (`check_output_path`), as the write itself would be."""
+    path = check_output_path(path)
     if path.is_dir():
         raise ValueError(f"{path}: is a folder, not a file")
     if not path.parent.is_dir():

@@ -1,13 +1,18 @@
-"""`spot` / `python -m spot`: generate text, benchmark decoding methods against each other, or `spot build ...`."""
+"""`spot` / `python -m spot`: generate text, benchmark decoding methods against each other, or `spot build ...`.
+
+Every error of `spot` and `spot build` goes through `main`: one line naming the argument on stderr and exit code 1
+(argparse's own errors: 2), the traceback only with --debug (anywhere on the command line) or SPOT_DEBUG=1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 
 from .bench import check_writable, format_report, random_prompts, run_bench, warm_up, write_json
-from .cli_args import add_target_args, read_prompts_file, target_from_args
+from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
 from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .tree import BRANCH, WIDTH, tree_branch
 
@@ -342,7 +347,9 @@ def cmd_project(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spot", description="Lossless speculative decoding for diffusion LMs.")
+    parser = Parser(prog="spot", description="Lossless speculative decoding for diffusion LMs.",
+                    epilog="An error prints one line; --debug (anywhere on the command line) or SPOT_DEBUG=1 shows "
+                           "its traceback.")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("generate", help="decode one prompt and compare methods")
     _common(g)
@@ -393,12 +400,42 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """`spot` and `spot build`: an error ends the command with SystemExit("spot: error: MESSAGE"), which Python
+    prints as that one line on stderr with exit code 1 (argparse's usage errors: one line too, `Parser`, exit code
+    2); the traceback of an error that is not a SystemExit is shown only with --debug or SPOT_DEBUG=1."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv or os.environ.get("SPOT_DEBUG", "") not in ("", "0")
+    argv = [x for x in argv if x != "--debug"]
+    try:
+        return _run(argv)
+    except SystemExit as e:
+        if debug or e.code is None or isinstance(e.code, int):
+            raise
+        raise SystemExit(_error_line(str(e.code))) from None
+    except (ValueError, TypeError, OSError, RuntimeError, ImportError, KeyError, IndexError, OverflowError,
+            RecursionError, MemoryError) as e:
+        if debug:
+            raise
+        raise SystemExit(_error_line(f"{_one_line(e)} ({type(e).__name__}; --debug or SPOT_DEBUG=1 shows the "
+                                     "traceback)")) from None
+
+
+def _run(argv) -> int:
     if argv[:1] == ["build"]:  # the pipeline's own parser; imported only here, never by `import spot`
         from .build.cli import main as build_main
         return build_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e) if not isinstance(e, KeyError) else str(e.args[0] if e.args else e)
+    return " ".join(text.split()) or type(e).__name__
+
+
+def _error_line(message: str) -> str:
+    message = " ".join(message.split())
+    return message if message.startswith("spot: error: ") else f"spot: error: {message}"
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ method yields the tokens of `standard` at any temperature.
 from __future__ import annotations
 
 import math
-import numbers
 import operator
 import time
 from collections import Counter
@@ -22,7 +21,9 @@ import spot_kernels
 from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
 
 from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
-from .target import NodeLogits, Target, memory_limit_bytes, warn_if_not_batch_invariant
+from . import limits
+from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
+from .target import NodeLogits, Target, warn_if_not_batch_invariant
 from .tree import WIDTH, Tree, grow_tree, tree_branch
 
 METHODS = ("standard", "confidence", "spot", "oracle")
@@ -89,16 +90,17 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     lockstep: keep rows in lock-step even where the session could let each row start its next block as soon as
     it finishes one (per-row progress, the default there); the tokens are the same either way.
 
-    Arguments are checked before any work: temperature is 0 (greedy) or at least MIN_TEMPERATURE (below it the
-    scaled logits overflow); integers may be Python or NumPy integers, never bools; rows lie in [0, 2**32) (the
-    coupled noise reads their low 32 bits, docs/noise.md); eos_id is None, -1 or an id of the vocabulary.
+    Arguments are checked before any work (spot.limits): temperature is 0 (greedy) or in [MIN_TEMPERATURE,
+    the largest float32] (below it, or above it in float32, the scaled logits overflow); the estimated memory of a
+    pass over the rows in flight and of the per-prompt outputs stays under SPOT_MEMORY_LIMIT_GB; integers may be
+    Python or NumPy integers, never bools; rows lie in [0, 2**32) (the coupled noise reads their low 32 bits,
+    docs/noise.md); eos_id is None, -1 or an id of the vocabulary.
     """
     branch = tree_branch(drafter if method == "spot" else None, branch)
     prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows = _check_args(
         target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch, drafter,
-        confidence, top_k, eos_id, rows, allow_partial_block)
-    if max_batch is not None and _integer("max_batch", max_batch) < 1:
-        raise ValueError(f"max_batch: expected None or >= 1, got {max_batch}")
+        confidence, top_k, eos_id, rows, allow_partial_block, max_batch=max_batch, progress=progress,
+        on_pass=on_pass, orders=orders)
     if eos_id == -1:
         eos_id = target.eos_id
     b, dev = len(prompts), target.device
@@ -394,18 +396,8 @@ def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
     return row
 
 
-MIN_TEMPERATURE = 1e-6  # the smallest positive temperature `generate` accepts
 ROW_LIMIT = 2**32  # rows lie in [0, ROW_LIMIT): the coupled noise reads their low 32 bits (docs/noise.md)
-
-
-def _integer(name: str, value) -> int:
-    """`value` as an int: Python and NumPy integers (anything with __index__) but not bools."""
-    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
-        raise TypeError(f"{name}: expected an int, got a bool ({value!r})")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__} ({value!r})") from None
+_integer = limits.integer  # Python and NumPy integers, never bools
 
 
 def _token_ids(name: str, p) -> list[int]:
@@ -447,20 +439,41 @@ def _rows(rows, b: int) -> torch.Tensor:
 
 def _check_pass_memory(target, batch: int, block_size: int, budget: int, width: int, branch: int) -> None:
     """Estimate one pass's largest tensors before any is allocated: the logits of `budget` nodes ([batch, budget, B,
-    V], float32 or float64) and a tree depth's drafted children (`width` x `branch` states and their bookkeeping)."""
+    V], float32 or float64) and a tree depth's drafted children (`width` x `branch` states and their bookkeeping).
+    `batch` counts the rows in flight (`max_batch` of them at most), not the prompts waiting for a row."""
     itemsize = 8 if getattr(target, "dtype", None) == torch.float64 else 4
     logits = batch * budget * block_size * target.vocab_size * itemsize
     children = batch * width * branch * (block_size + 8) * 8
-    limit = memory_limit_bytes()
-    if max(logits, children) > limit:
-        raise ValueError(f"budget / width / branch: a pass over budget={budget} nodes with width={width} x "
-                         f"branch={branch} children per depth needs about {max(logits, children) / 1e9:.3g} GB "
-                         f"(batch {batch}, block {block_size}, vocabulary {target.vocab_size}), above the limit of "
-                         f"{limit / 1e9:.3g} GB (SPOT_MEMORY_LIMIT_GB)")
+    limits.size(f"budget / width / branch: a pass over budget={budget} nodes with width={width} x branch={branch} "
+                f"children per depth (batch {batch}, block {block_size}, vocabulary {target.vocab_size}) needs about",
+                max(logits, children))
+
+
+def _check_output_memory(prompts: int, max_new_tokens: int, block_size: int) -> None:
+    """What `generate` keeps per prompt until it returns: the commit orders (int64 [prompts, blocks, B]) and the
+    blocks decoded (int64 tokens), estimated before decoding."""
+    blocks = -(-max_new_tokens // block_size)
+    limits.size(f"max_new_tokens: {max_new_tokens} new tokens in blocks of {block_size} for {prompts} prompt(s) "
+                "give commit orders and tokens of", 2 * prompts * blocks * block_size * 8)
+
+
+def _check_orders(orders, prompts: int, max_new_tokens: int, block_size: int) -> None:
+    """`orders` of method="oracle": the int64 [prompts, blocks, B] `orders` of a `standard` run with these
+    arguments, every entry -1 or a block position."""
+    blocks = -(-max_new_tokens // block_size) if max_new_tokens else 0
+    if not isinstance(orders, torch.Tensor) or orders.dtype != torch.long:
+        raise TypeError(f"orders: expected an int64 tensor (a standard run's GenerateOutput.orders), got "
+                        f"{getattr(orders, 'dtype', type(orders).__name__)}")
+    if tuple(orders.shape) != (prompts, blocks, block_size):
+        raise ValueError(f"orders: expected shape {[prompts, blocks, block_size]} (prompts, blocks, block_size), got "
+                         f"{list(orders.shape)}")
+    if bool(((orders < -1) | (orders >= block_size)).any()):
+        raise ValueError(f"orders: entries must be -1 or a block position in [0, {block_size})")
 
 
 def _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch,
-                drafter, confidence, top_k, eos_id=-1, rows=None, allow_partial_block=False):
+                drafter, confidence, top_k, eos_id=-1, rows=None, allow_partial_block=False, *, max_batch=None,
+                progress=None, on_pass=None, orders=None):
     """Every argument of `generate` checked (errors name the argument) and normalised: returns (prompts,
     max_new_tokens, block_size, seed, temperature, eos_id, rows)."""
     if not isinstance(target, Target):
@@ -485,7 +498,15 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")
     max_new_tokens, block_size = ints["max_new_tokens"], ints["block_size"]
-    _check_pass_memory(target, len(clean), block_size, ints["budget"], ints["width"], ints["branch"])
+    if max_batch is not None and _integer("max_batch", max_batch) < 1:
+        raise ValueError(f"max_batch: expected None or >= 1, got {max_batch}")
+    in_flight = len(clean) if max_batch is None else min(len(clean), _integer("max_batch", max_batch))
+    _check_pass_memory(target, in_flight, block_size, ints["budget"], ints["width"], ints["branch"])
+    _check_output_memory(len(clean), max_new_tokens, block_size)
+    limits.callable_or_none("progress", progress)
+    limits.callable_or_none("on_pass", on_pass)
+    if orders is not None and method == "oracle":
+        _check_orders(orders, len(clean), max_new_tokens, block_size)
     if block_size > max_new_tokens > 0 and not allow_partial_block:
         raise ValueError(f"block_size ({block_size}) exceeds max_new_tokens ({max_new_tokens}): a block is decoded "
                          f"whole, up to {block_size} target passes for {max_new_tokens} token(s); use block_size <= "
@@ -494,12 +515,7 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
     seed = _integer("seed", seed)
     if not 0 <= seed < 2**63:
         raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) \
-            or temperature < 0:
-        raise ValueError(f"temperature: expected a finite number >= 0, got {temperature!r}")
-    if 0 < temperature < MIN_TEMPERATURE:
-        raise ValueError(f"temperature: expected 0 (greedy) or >= {MIN_TEMPERATURE:g}, got {temperature!r} (smaller "
-                         "temperatures overflow the scaled logits)")
+    temperature = limits.temperature("temperature", temperature)
     if eos_id is not None:
         eos_id = _integer("eos_id", eos_id)
         if eos_id != -1 and not 0 <= eos_id < target.vocab_size:
@@ -522,4 +538,4 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
                          "--token-buckets (it reads no token ids) or train one on this target")
     if method == "spot" and isinstance(max_block, int) and block_size > max_block:
         raise ValueError(f"block_size: {block_size} exceeds the drafter's max_block {max_block}")
-    return clean, max_new_tokens, block_size, seed, float(temperature), eos_id, rows
+    return clean, max_new_tokens, block_size, seed, temperature, eos_id, rows

@@ -27,6 +27,7 @@ import torch
 
 import spot_kernels
 
+from .limits import kv_cache_limit_bytes, size, token_id
 from .target import Session, Target
 
 LAYOUTS = ("block_causal", "bidirectional")
@@ -92,9 +93,11 @@ class HFTarget(Target):
         self.mask_form = mask_form or ("bool" if attention in BOOL_MASK_ATTENTION else "additive")
         self.tokenizer = tokenizer
         self.vocab_size = _vocab_size(model)
-        for name, value in (("mask_id", mask_id), ("eos_id", eos_id), ("pad_id", pad_id)):
-            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
-                raise ValueError(f"{name}: expected a token id in [0, {self.vocab_size}), got {value!r}")
+        mask_id = token_id("mask_id", mask_id, self.vocab_size)
+        eos_id = token_id("eos_id", eos_id, self.vocab_size, optional=True)
+        pad_id = token_id("pad_id", pad_id, self.vocab_size, optional=True)
+        if mask_id == eos_id:
+            raise ValueError(f"mask_id, eos_id: the mask and end-of-sequence ids must differ (both {mask_id})")
         self.mask_id, self.eos_id = mask_id, eos_id
         self.pad_id = mask_id if pad_id is None else pad_id
         self._checked = not self_check
@@ -118,10 +121,39 @@ class HFTarget(Target):
         if self.logits_shift and any(len(p) == 0 for p in prompts):
             raise ValueError("prompts: logits_shift=1 reads a block's first logit at the token before it, so every "
                              "prompt needs at least one token")
+        for i, p in enumerate(prompts):
+            if self.mask_id in (p.tolist() if isinstance(p, torch.Tensor) else p):
+                raise ValueError(f"prompts[{i}]: holds the mask id {self.mask_id}: the model would read that position "
+                                 "as one to fill in, not as given text")
+        self._check_size(prompts, max_new_tokens, block_size)
         return self.session_class()(self, prompts, max_new_tokens, block_size)
 
     def session_class(self):
         return BlockCausalSession if self.layout == "block_causal" else BidirectionalSession
+
+    def _check_size(self, prompts, max_new_tokens: int, block_size: int) -> None:
+        """`max_new_tokens` bounded before a session allocates anything: block_causal's KV cache may grow to the
+        longest prompt + max_new_tokens (SPOT_KV_CACHE_LIMIT_GB); a bidirectional pass attends over the whole
+        sequence, scores of [rows, heads, L, L] for one node per row at least (SPOT_MEMORY_LIMIT_GB)."""
+        config = getattr(self.model, "config", None)
+        length = max((len(p) for p in prompts), default=0) + -(-max_new_tokens // block_size) * block_size + block_size
+        layers = getattr(config, "num_hidden_layers", None) or 1
+        heads = getattr(config, "num_attention_heads", None) or 1
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        hidden = getattr(config, "hidden_size", None) or 1
+        head_dim = getattr(config, "head_dim", None) or max(hidden // heads, 1)
+        itemsize = self.dtype.itemsize
+        if self.layout == "block_causal":
+            need = 2 * layers * len(prompts) * kv_heads * head_dim * itemsize * length
+            limit = kv_cache_limit_bytes()
+            if need > limit:
+                raise ValueError(f"max_new_tokens: {max_new_tokens} new tokens for {len(prompts)} prompt(s) could need "
+                                 f"{need / 1e9:.3g} GB of KV cache, above the limit of {limit / 1e9:.3g} GB; lower "
+                                 "max_new_tokens or the batch, or raise SPOT_KV_CACHE_LIMIT_GB")
+        else:
+            size(f"max_new_tokens: {max_new_tokens} new tokens for {len(prompts)} prompt(s) make a sequence of "
+                 f"{length} tokens whose attention scores ({heads} heads, one node per row) need about",
+                 len(prompts) * heads * length * length * max(itemsize, 4))
 
     # ---------------------------------------------------------------------------------------------- forward
 
@@ -158,6 +190,10 @@ class HFTarget(Target):
         except (TypeError, AttributeError) as e:
             raise IncompatibleModelError(self._incompatible(e)) from e
         logits = out.logits if hasattr(out, "logits") else out[0]
+        if logits.shape[-1] != self.vocab_size:
+            raise ValueError(f"model: returned logits over {logits.shape[-1]} tokens, but its vocabulary (output "
+                             f"embeddings / config.vocab_size) has {self.vocab_size}; the ids it would commit must "
+                             "be ids of that vocabulary")
         return logits[:, -keep:] if keep else logits
 
     def _incompatible(self, error: Exception) -> str:
@@ -422,8 +458,8 @@ def _accepts(model, name: str) -> bool:
 
 # ------------------------------------------------------------------------------------------------ loading
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")  # safetensors only: nothing is unpickled
+PICKLED_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -466,6 +502,10 @@ def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dt
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory}: no config.json, not a Hugging Face checkpoint directory")
     if not any((directory / name).is_file() for name in WEIGHT_FILES):
+        if any((directory / name).is_file() for name in PICKLED_WEIGHT_FILES):
+            raise ValueError(f"{directory}: holds pickled weights only (pytorch_model.bin), which spot does not load "
+                             "(unpickling can run code); convert them to safetensors (model.save_pretrained(dir) "
+                             "in transformers writes model.safetensors)")
         raise FileNotFoundError(f"{directory}: no weights (expected one of {', '.join(WEIGHT_FILES)})")
     try:
         import transformers
@@ -475,13 +515,19 @@ def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dt
     if any((directory / name).is_file() for name in TOKENIZER_FILES):
         tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True,
                                                                trust_remote_code=trust_remote_code)
-    options = dict(local_files_only=True, trust_remote_code=trust_remote_code, dtype=dtype)
+    options = dict(local_files_only=True, trust_remote_code=trust_remote_code, dtype=dtype, use_safetensors=True)
     if attn_implementation is not None:
         options["attn_implementation"] = attn_implementation
     auto_map = json.loads((directory / "config.json").read_text()).get("auto_map") or {}
     only_auto_model = trust_remote_code and "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map
     auto = transformers.AutoModel if auto_model or only_auto_model else transformers.AutoModelForCausalLM
-    model = auto.from_pretrained(directory, **options).to(device)
+    try:
+        model = auto.from_pretrained(directory, **options).to(device)
+    except Exception as e:  # noqa: BLE001 (safetensors' SafetensorError and the like do not name the file)
+        if type(e).__name__ not in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall", "InvalidHeader") \
+                and not isinstance(e, (OSError, EOFError)):
+            raise
+        raise ValueError(f"{directory}: cannot read its weights ({type(e).__name__}: {e})") from None
     config = model.config
     if mask_id is None and mask_token is not None:
         if tokenizer is None:

@@ -1,13 +1,18 @@
-"""Targets and their weights: the embedded default model, random models for tests, safetensors I/O.
+"""Targets and their weights: the embedded default model, random models for tests, safetensors I/O, and the one
+check every write of the project passes (`check_output_path`: nothing inside the installed package unless asked).
 
 Weights are only ever read with safetensors (no pickles), and nothing is downloaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import glob
 import json
 import math
 import os
+import stat
 import tempfile
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -17,8 +22,10 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .model import BlockDiffusionLM, ModelConfig
-from .target import ModelTarget, memory_limit_bytes
+from .limits import size
+from .target import ModelTarget
 
+PACKAGE_DIR = Path(__file__).resolve().parent  # the installed `spot` package: shipped weights and assets
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 # the targets shipped in the package, by name: "default" is the embedded target; "target2" an independently
 # trained second one (another seed and shape, the same tokenizer), the test bed for drafter transfer
@@ -26,10 +33,38 @@ SHIPPED_TARGETS = {"default": WEIGHTS_DIR, "target2": WEIGHTS_DIR / "target2"}
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+# Whether writes inside the installed package are allowed: set only around a `spot build` step given
+# --overwrite-shipped (`overwriting_shipped`). A context variable rather than an argument of every writer, so that
+# no writer (weights, checkpoints, trajectories, budgets, prompts, corpus, bench JSON) can forget the check.
+_SHIPPED_WRITES = contextvars.ContextVar("spot_shipped_writes", default=False)
+
+
+@contextlib.contextmanager
+def overwriting_shipped(allowed: bool = True):
+    """Within this block, `check_output_path` lets writes into the installed package through (`allowed`)."""
+    token = _SHIPPED_WRITES.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _SHIPPED_WRITES.reset(token)
+
+
+def check_output_path(path) -> Path:
+    """`path`, refused (ValueError) when it lies inside the installed spot package, unless within
+    `overwriting_shipped()` (`spot build ... --overwrite-shipped`). Every write of the project passes here."""
+    path = Path(path)
+    resolved = path.resolve()
+    if (resolved == PACKAGE_DIR or PACKAGE_DIR in resolved.parents) and not _SHIPPED_WRITES.get():
+        raise ValueError(f"{path} is inside the installed spot package ({PACKAGE_DIR}: shipped weights and "
+                         "assets); write elsewhere, or pass --overwrite-shipped to `spot build` to replace them")
+    return path
+
+
 def atomic_write(path, write) -> None:
     """Call `write(temp_path)` on a temporary file beside `path`, then move it over `path` (`os.replace`): an
-    interrupted write leaves the old `path` intact (and no temporary file behind)."""
-    path = Path(path)
+    interrupted write leaves the old `path` intact (and no temporary file behind). `path` must pass
+    `check_output_path`."""
+    path = check_output_path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -52,12 +87,22 @@ def atomic_write_text(path, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
+def remove_stale_temporaries(path) -> list[Path]:
+    """Delete the temporary files `atomic_write` left beside `path` when a process was killed mid-write (SIGKILL
+    runs no cleanup): `.{name}.*.tmp`. Call it only where no other process writes `path`. Returns what it removed."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp")) if path.parent.is_dir() else []
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return stale
+
+
 def save_weights(module: torch.nn.Module, directory, name: str, meta: dict) -> None:
     """`name`.safetensors (float32 state dict) + `name`.json (`meta`) in `directory`.
 
     Both files are written in full to temporary files first and only then moved into place (`os.replace`), so an
     interrupted save leaves the previous weights intact and no partial file behind."""
-    directory = Path(directory)
+    directory = check_output_path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in module.state_dict().items()}
     text = json.dumps(meta, indent=1, sort_keys=True) + "\n"
@@ -77,12 +122,15 @@ def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
     directory = Path(directory)
     config, weights = directory / f"{name}.json", directory / f"{name}.safetensors"
     for path in (config, weights):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
+        check_readable_file(path)
     try:
         meta = json.loads(config.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{config}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ValueError(f"{config}: not a config (nested too deeply to read)") from None
+    except OSError as e:
+        raise ValueError(f"{config}: cannot read it ({e.strerror or e})") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{config}: expected a JSON object, got {type(meta).__name__}")
     try:
@@ -96,6 +144,22 @@ def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
         if not bool(torch.isfinite(tensor).all()):
             raise ValueError(f"{weights}: tensor {key!r} holds NaN or infinite values")
     return state, meta
+
+
+def check_readable_file(path) -> None:
+    """FileNotFoundError when `path` does not exist; ValueError naming it when it exists but is no regular file or
+    cannot be read (an unreadable file is not a missing one)."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path}: not a regular file")
+    if not os.access(path, os.R_OK):
+        raise ValueError(f"{path}: cannot read it (permission denied)")
 
 
 def check_config_fields(meta, cls, path, optional=()) -> dict:
@@ -116,12 +180,25 @@ def check_config_fields(meta, cls, path, optional=()) -> dict:
         kind = kind.__name__ if isinstance(kind, type) else str(kind)
         if kind == "bool" and not isinstance(value, bool):
             raise ValueError(f"{path}: config field {name!r} must be true or false, got {value!r}")
-        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool)):
-            raise ValueError(f"{path}: config field {name!r} must be an integer, got {value!r}")
+        if kind == "int" and (not isinstance(value, int) or isinstance(value, bool) or abs(value) >= 2**63):
+            raise ValueError(f"{path}: config field {name!r} must be an integer in (-2**63, 2**63), got "
+                             f"{_short(value)}")
         if kind == "float" and (not isinstance(value, (int, float)) or isinstance(value, bool)
-                                or not math.isfinite(value)):
-            raise ValueError(f"{path}: config field {name!r} must be a finite number, got {value!r}")
+                                or not math.isfinite(_as_float(value))):
+            raise ValueError(f"{path}: config field {name!r} must be a finite number, got {_short(value)}")
     return dict(meta)
+
+
+def _as_float(value) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range (JSON allows 10**400)
+        return math.inf
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_model_config(meta, path) -> ModelConfig:
@@ -151,11 +228,9 @@ def check_model_config(meta, path) -> ModelConfig:
     # projections, the three MLP matrices and the norms
     hd = cfg.head_dim
     per_layer = 2 * cfg.d_model * cfg.n_heads * hd + 2 * cfg.d_model * cfg.n_kv_heads * hd + 3 * cfg.d_model * cfg.d_ff
-    size = 4 * (cfg.vocab_size * cfg.d_model + cfg.n_layers * per_layer)
-    if size > memory_limit_bytes():
-        raise ValueError(f"{path}: config fields 'n_layers' ({cfg.n_layers}), 'd_model' ({cfg.d_model}), 'd_ff' "
-                         f"({cfg.d_ff}) and 'vocab_size' ({cfg.vocab_size}) give {size / 1e9:.3g} GB of weights, above "
-                         f"the limit of {memory_limit_bytes() / 1e9:.3g} GB (SPOT_MEMORY_LIMIT_GB)")
+    size(f"{path}: config fields 'n_layers' ({cfg.n_layers}), 'd_model' ({cfg.d_model}), 'd_ff' ({cfg.d_ff}) and "
+         f"'vocab_size' ({cfg.vocab_size}) give weights of",
+         4 * (cfg.vocab_size * cfg.d_model + cfg.n_layers * per_layer))
     return cfg
 
 

@@ -24,6 +24,7 @@ from torch import nn
 import spot_kernels
 
 from .drafters import StaleFeatures
+from .limits import size
 from .loading import WEIGHTS_DIR, check_config_fields, load_checked_state, load_weights, save_weights
 
 
@@ -109,10 +110,22 @@ class _Layer(nn.Module):
         return x + self.ff(self.norm2(x))
 
 
+def check_order_size(cfg: OrderModelConfig, where: str = "OrderModelConfig") -> None:
+    """The float32 bytes of an order model's weights, estimated from its config and refused above
+    SPOT_MEMORY_LIMIT_GB before any is allocated (the same estimate check as a target's, spot.limits.size)."""
+    d = cfg.d_model
+    per_layer = 4 * d * d + 2 * d * cfg.d_ff + cfg.d_ff + 9 * d
+    embeddings = (3 * cfg.max_block + cfg.max_depth) * d + cfg.token_buckets * cfg.token_dim + cfg.token_dim * d
+    size(f"{where}: config fields 'n_layers' ({cfg.n_layers}), 'd_model' ({d}), 'd_ff' ({cfg.d_ff}), 'max_block' "
+         f"({cfg.max_block}), 'max_depth' ({cfg.max_depth}), 'token_buckets' ({cfg.token_buckets}) give weights of",
+         4 * (cfg.n_features * d + cfg.n_layers * per_layer + embeddings))
+
+
 class OrderModel(nn.Module):
     def __init__(self, cfg: OrderModelConfig | None = None):
         super().__init__()
         self.cfg = cfg = cfg or OrderModelConfig()
+        check_order_size(cfg)
         self.inp = nn.Linear(cfg.n_features, cfg.d_model)
         self.pos = nn.Embedding(cfg.max_block, cfg.d_model)
         # position relative to the node's leftmost masked position, in [-max_block, max_block)
@@ -308,6 +321,7 @@ def check_order_config(meta, path) -> OrderModelConfig:
         raise ValueError(f"{path}: config field 'token_buckets' must be >= 0, got {cfg.token_buckets}")
     if cfg.d_model % cfg.n_heads:
         raise ValueError(f"{path}: config field 'n_heads' ({cfg.n_heads}) must divide d_model ({cfg.d_model})")
+    check_order_size(cfg, str(path))
     return cfg
 
 

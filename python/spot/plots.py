@@ -8,6 +8,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from pathlib import Path
 
+from .loading import check_output_path
+
 PASS_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
@@ -63,7 +65,7 @@ def bench_plots(report: dict, folder) -> list[Path]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     paths = [folder / "pass_reduction.png"]
-    fig.savefig(paths[0])
+    fig.savefig(check_output_path(paths[0]))
     plt.close(fig)
 
     fig, axes = plt.subplots(1, max(1, len(methods)), figsize=(4 * max(1, len(methods)), 3.5), dpi=110,
@@ -85,7 +87,7 @@ def bench_plots(report: dict, folder) -> list[Path]:
     fig.suptitle(f"commits per pass ({subtitle})", fontsize=9)
     fig.tight_layout()
     paths.append(folder / "commits_per_pass.png")
-    fig.savefig(paths[1])
+    fig.savefig(check_output_path(paths[1]))
     plt.close(fig)
     return paths
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from .loading import check_output_path
+
 LABEL = "projection (roofline), not a measurement"
 BYTES_BF16 = 2
 
@@ -324,7 +326,7 @@ def plot(rows_by_shape: dict[str, list[dict]], path, title: str) -> None:
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(check_output_path(path))
     plt.close(fig)
 
 

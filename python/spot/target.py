@@ -17,6 +17,7 @@ import torch
 
 import spot_kernels
 
+from .limits import KV_CACHE_LIMIT_GB, MEMORY_LIMIT_GB, kv_cache_limit_bytes, memory_limit_bytes  # noqa: F401
 from .model import KERNELS, BlockDiffusionLM, KVCache, TreeLayout
 
 
@@ -102,33 +103,6 @@ class Target(ABC):
 
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
-# The KV cache of one session may grow to at most this many GB (decimal); a session whose prompts plus
-# `max_new_tokens` could need more is refused before anything is allocated. Override with the environment
-# variable SPOT_KV_CACHE_LIMIT_GB (read when a session starts).
-KV_CACHE_LIMIT_GB = 16.0
-
-
-# Anything else sized by the caller (a model built from a config, a pass's tree and logits) is estimated before it
-# is allocated and refused above this many GB; override with SPOT_MEMORY_LIMIT_GB.
-MEMORY_LIMIT_GB = 16.0
-
-
-def _limit_bytes(variable: str, default_gb: float) -> int:
-    """A limit in bytes from the environment variable `variable` (GB, decimal), else `default_gb`."""
-    value = os.environ.get(variable)
-    try:
-        gb = default_gb if value is None else float(value)
-    except ValueError:
-        raise ValueError(f"{variable}: expected a number of GB, got {value!r}") from None
-    return int(gb * 1e9)
-
-
-def memory_limit_bytes() -> int:
-    return _limit_bytes("SPOT_MEMORY_LIMIT_GB", MEMORY_LIMIT_GB)
-
-
-def kv_cache_limit_bytes() -> int:
-    return _limit_bytes("SPOT_KV_CACHE_LIMIT_GB", KV_CACHE_LIMIT_GB)
 
 
 _warned: set = set()

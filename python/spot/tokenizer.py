@@ -118,10 +118,12 @@ class Tokenizer:
         return hashlib.sha256(self._tk.to_str().encode("utf-8")).hexdigest()
 
     def save(self, path: str | os.PathLike) -> None:
-        path = Path(path)
+        from .loading import atomic_write_text, check_output_path
+
+        path = check_output_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         # pretty=False keeps the shipped file small; sort is deterministic in the library
-        path.write_text(self._tk.to_str(pretty=False) + "\n", encoding="utf-8")
+        atomic_write_text(path, self._tk.to_str(pretty=False) + "\n")
 
 
 def load_tokenizer(path: str | os.PathLike | None = None) -> Tokenizer:

@@ -109,8 +109,15 @@ def check_tree(op: str, key_start, prefix_len, num_new, num_nodes, block_size, *
     if num_new > prefix_len:
         raise ValueError(f"spot.{op}: num_new must be <= prefix_len (the new tokens are the last num_new prefix "
                          f"keys), got num_new={num_new}, prefix_len={prefix_len}")
-    checks.integer(op, "num_nodes", num_nodes, 0)
-    checks.integer(op, "block_size", block_size, 1)
+    num_nodes = checks.integer(op, "num_nodes", num_nodes, 0)
+    block_size = checks.integer(op, "block_size", block_size, 1)
+    q, k = _tree_sizes(prefix_len, num_new, num_nodes, block_size)
+    # the output (the packed mask: the reference's int64 working copy), estimated before anything is allocated
+    per_query = {"tree_mask": k, "tree_mask_additive": 8 * k, "tree_mask_packed": 8 * k,
+                 "tree_position_ids": 8}.get(op, 0)
+    checks.size(f"spot.{op}: prefix_len={prefix_len}, num_new={num_new}, num_nodes={num_nodes}, "
+                f"block_size={block_size} give {q} queries x {k} keys per row, an output of",
+                len(key_start) * q * per_query)
     device = key_start.device
     if values and checks.values_enabled(device):
         checks.in_range(op, "key_start", key_start, 0, prefix_len + 1, what="first valid key, at most prefix_len")

@@ -11,36 +11,62 @@ The steps chain through default paths under `.cache/` (relative to the working f
     evaluate      next-commit accuracy of a drafter on collected trajectories
     tune       -> .cache/budgets.json       the best tree budget per device and block size
 
-Nothing writes into the installed package unless the output path says so AND --overwrite-shipped is given.
+Nothing writes into the installed package unless the output path says so AND --overwrite-shipped is given: every
+write passes `spot.loading.check_output_path`, which the step runs under `overwriting_shipped` only then.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import math
 from pathlib import Path
 
 
 CACHE = Path(".cache")
-PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the installed `spot` package
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
+def _ints(text: str, flag: str = "") -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag}: expected comma-separated integers, got {text!r}") from None
 
 
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+def _floats(text: str, flag: str = "") -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(v) for v in values):
+        raise SystemExit(f"{flag}: expected finite numbers, got {text!r}")
+    return values
 
 
-def _output(path, a) -> Path:
-    """`path`, refused when it lies inside the installed package and --overwrite-shipped was not given."""
-    path = Path(path)
-    inside = path.resolve() == PACKAGE_DIR or PACKAGE_DIR in path.resolve().parents
-    if inside and not a.overwrite_shipped:
-        raise SystemExit(f"{path} is inside the installed spot package (shipped weights and assets); "
-                         "pass --overwrite-shipped to replace them")
-    return path
+def _output(path, a, flag: str = "--out") -> Path:
+    """`path`, checked before the step runs as every write will be (`spot.loading.check_output_path`): refused when
+    it lies inside the installed package and --overwrite-shipped was not given."""
+    from ..loading import check_output_path, overwriting_shipped
+
+    with overwriting_shipped(a.overwrite_shipped):
+        try:
+            return check_output_path(path)
+        except ValueError as e:
+            raise SystemExit(f"{flag}: {e}") from None
+
+
+def _check(a, rules: dict) -> None:
+    """Numeric flags checked before anything is loaded or created: {attribute: (kind, low)}, kind "int" (>= low)
+    or "float" (finite, > low when low is not None); None values are unset."""
+    for name, (kind, low) in rules.items():
+        value = getattr(a, name, None)
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if kind == "int" and value < low:
+            raise SystemExit(f"{flag}: expected >= {low}, got {value}")
+        if kind == "float" and (not math.isfinite(value) or (low is not None and value <= low)):
+            raise SystemExit(f"{flag}: expected a finite number{'' if low is None else f' > {low:g}'}, got {value}")
 
 
 def _tokenizer(a):
@@ -55,9 +81,19 @@ def _tokenizer(a):
 def cmd_corpus(a) -> int:
     from .corpus import build_corpus
 
+    _check(a, {"total_mb": ("float", 0.0), "heldout_fraction": ("float", None), "max_files": ("int", 1),
+               "max_chars": ("int", 1)})
+    if not 0 <= a.heldout_fraction < 1:
+        raise SystemExit(f"--heldout-fraction: expected a fraction in [0, 1), got {a.heldout_fraction}")
     mix = None
     if a.mix:
-        mix = {k.strip(): float(v) for k, _, v in (part.partition("=") for part in a.mix.split(","))}
+        try:
+            mix = {k.strip(): float(v) for k, _, v in (part.partition("=") for part in a.mix.split(","))}
+        except ValueError:
+            raise SystemExit(f"--mix: expected source=share pairs, e.g. 'code=0.5,docs=0.1,math=0.4', got "
+                             f"{a.mix!r}") from None
+        if not mix or not all(math.isfinite(v) and v >= 0 for v in mix.values()) or not sum(mix.values()) > 0:
+            raise SystemExit(f"--mix: expected finite shares >= 0, not all 0, got {a.mix!r}")
     build_corpus(_output(a.out, a), seed=a.seed, total_mb=a.total_mb, mix=mix, heldout_fraction=a.heldout_fraction,
                  max_files=a.max_files, max_chars=a.max_chars, verbose=True)
     return 0
@@ -70,6 +106,7 @@ def cmd_tokenizer(a) -> int:
     from .tokenizer import encode_documents, train_tokenizer
 
     out = _output(a.out, a)
+    _check(a, {"vocab_size": ("int", 8), "min_frequency": ("int", 1)})
     if a.encode_only:
         tok = load_tokenizer(out)
     else:
@@ -91,6 +128,7 @@ def cmd_tokenizer(a) -> int:
 def cmd_prompts(a) -> int:
     from .prompts import write_prompts
 
+    _check(a, {"count": ("int", 1)})
     n = write_prompts(a.corpus, _output(a.out, a), a.count)
     print(f"wrote {n} prompts to {a.out}")
     return 0
@@ -101,7 +139,12 @@ def cmd_target(a) -> int:
     from .tokenizer import encode_documents
     from .train_target import TrainConfig, train
 
-    export = _output(a.export, a)
+    out, export = _output(a.out, a), _output(a.export, a, "--export")
+    _check(a, {name: ("int", 1) for name in ("steps", "batch_size", "seq_len", "eval_every", "d_model", "layers",
+                                              "heads", "kv_heads", "d_ff")})
+    _check(a, {"lr": ("float", 0.0), "minutes": ("float", None)})
+    if a.minutes < 0:
+        raise SystemExit(f"--minutes: expected >= 0 (0: no limit), got {a.minutes}")
     tok = _tokenizer(a)
     train_tokens = encode_documents(a.corpus, tok, "train")
     heldout_tokens = encode_documents(a.corpus, tok, "heldout")
@@ -110,7 +153,7 @@ def cmd_target(a) -> int:
                        n_kv_heads=a.kv_heads, d_ff=a.d_ff, pad_id=tok.pad_id, eos_id=tok.eos_id, mask_id=tok.mask_id)
     cfg = TrainConfig(seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr, seed=a.seed,
                       minutes=a.minutes, eval_every=a.eval_every)
-    result = train(mcfg, cfg, train_tokens, heldout_tokens, a.out, export_dir=export)
+    result = train(mcfg, cfg, train_tokens, heldout_tokens, out, export_dir=export)
     print(f"trained {result['step']} steps, {result['parameters']} parameters; exported to {export}")
     return 0
 
@@ -124,7 +167,7 @@ def cmd_collect(a) -> int:
     for name in ("num_prompts", "batch_size", "max_new_tokens"):  # refused before anything is loaded or created
         if getattr(a, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}: expected >= 1, got {getattr(a, name)}")
-    block_sizes, temperatures = _ints(a.block_sizes), _floats(a.temperatures)
+    block_sizes, temperatures = _ints(a.block_sizes, "--block-sizes"), _floats(a.temperatures, "--temperatures")
     if not block_sizes or min(block_sizes) < 1:
         raise SystemExit(f"--block-sizes: expected positive sizes, got {a.block_sizes!r}")
     if not temperatures or min(temperatures) < 0:
@@ -137,7 +180,7 @@ def cmd_collect(a) -> int:
             raise SystemExit("--skip-prompts numbers corpus prompts; it does not apply to --prompts-file")
         texts, first_row = read_prompts_file(a.prompts_file)[:a.num_prompts], 0
     else:
-        skip = _ints(a.skip_prompts) if a.skip_prompts else ()
+        skip = _ints(a.skip_prompts, "--skip-prompts") if a.skip_prompts else ()
         texts, first_row = training_prompts(a.corpus, a.num_prompts, skip, a.skip_fresh)
     prompts = [target.tokenizer.encode(t) for t in texts]
     if not prompts:
@@ -163,9 +206,10 @@ def _load_trajectories(a) -> list:
 
     paths = sorted(glob.glob(str(Path(a.data) / "traj-*.safetensors")))
     if a.block_sizes:
-        paths = [p for p in paths if any(f"-B{b}-" in p for b in _ints(a.block_sizes))]
+        paths = [p for p in paths if any(f"-B{b}-" in p for b in _ints(a.block_sizes, "--block-sizes"))]
     if not paths:
-        raise SystemExit(f"no trajectories in {a.data}: run `spot build collect` first")
+        raise SystemExit(f"--data {a.data}: no trajectories there (traj-*.safetensors): run `spot build collect` "
+                         "first")
     runs: dict[str, list[str]] = {}
     for p in paths:
         runs.setdefault(pair_name(p), []).append(p)
@@ -176,6 +220,7 @@ def cmd_evaluate(a) -> int:
     from ..order_model import drafter_directory, load_order_model
     from .train_drafter import evaluate, format_evaluation
 
+    _check(a, {"heldout_every": ("int", 1)})
     model = load_order_model(drafter_directory(a.drafter))
     heldout = a.split == "heldout"
     for shard in _load_trajectories(a):
@@ -192,6 +237,12 @@ def cmd_drafter(a) -> int:
     from .train_drafter import DrafterTrainConfig, train_drafter
 
     out = _output(a.out, a)
+    _check(a, {"steps": ("int", 1), "batch_size": ("int", 1), "max_depth": ("int", 1), "heldout_every": ("int", 1),
+               "eval_every": ("int", 1), "checkpoint_every": ("int", 0), "token_buckets": ("int", 0),
+               "seed": ("int", 0), "lr": ("float", 0.0), "soft_weight": ("float", None),
+               "soft_temperature": ("float", 0.0)})
+    if a.soft_weight < 0:
+        raise SystemExit(f"--soft-weight: expected >= 0, got {a.soft_weight}")
     if a.portable and a.token_buckets:
         raise SystemExit("--portable: a portable drafter reads no token ids; drop --token-buckets")
     shards = _load_trajectories(a)
@@ -223,16 +274,28 @@ def cmd_tune(a) -> int:
     from .tune import MIN_GAIN, save_tuning, tune
 
     out = _output(a.out, a)
+    _check(a, {"num_prompts": ("int", 1), "max_new_tokens": ("int", 1), "width": ("int", 1), "branch": ("int", 1),
+               "min_gain": ("float", None)})
+    block_sizes, temperatures = _ints(a.block_sizes, "--block-sizes"), _floats(a.temperatures, "--temperatures")
+    budgets = _ints(a.budgets, "--budgets")
+    for flag, values in (("--block-sizes", block_sizes), ("--budgets", budgets)):
+        if not values or min(values) < 1:
+            raise SystemExit(f"{flag}: expected integers >= 1, got {values}")
+    if not temperatures or min(temperatures) < 0:
+        raise SystemExit(f"--temperatures: expected temperatures >= 0, got {temperatures}")
+    from ..cli_args import check_device
+
+    check_device(a.device)
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
     # training-split prompts the drafter never saw (collect takes the first ones), none of the benchmark's
     texts = [p["text"] for p in build_prompts(a.corpus, TUNE_POOL, split="train")[-a.num_prompts:]]
     prompts = [target.tokenizer.encode(t) for t in texts]
     drafter = load_drafter(a.drafter, device=a.device)  # the shipped drafter unless --drafter says otherwise
-    for B in _ints(a.block_sizes):
-        for T in _floats(a.temperatures):
+    for B in block_sizes:
+        for T in temperatures:
             print(f"tune: block size {B}, temperature {T:g}, {len(prompts)} prompts x {a.max_new_tokens} new tokens, "
                   f"device {a.device}")
-            result = tune(target, drafter, prompts, block_size=B, budgets=_ints(a.budgets),
+            result = tune(target, drafter, prompts, block_size=B, budgets=budgets,
                           max_new_tokens=a.max_new_tokens, temperature=T,
                           width=WIDTH if a.width is None else a.width,
                           branch=a.branch,
@@ -250,8 +313,10 @@ def _target_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spot build", description=__doc__.split("\n\n")[0],
-                                     epilog="Every step's outputs default to .cache/ and chain into the next step.")
+    from ..cli_args import Parser
+
+    parser = Parser(prog="spot build", description=__doc__.split("\n\n")[0],
+                    epilog="Every step's outputs default to .cache/ and chain into the next step.")
     sub = parser.add_subparsers(dest="step", required=True)
     corpus_help = "the --out of `spot build corpus`"
 
@@ -386,5 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """`spot build`'s entry: the step runs with writes into the installed package allowed only when it was given
+    --overwrite-shipped. Errors reach `spot.cli.main`'s error path (one line, no traceback unless asked for)."""
+    from ..loading import overwriting_shipped
+
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    with overwriting_shipped(args.overwrite_shipped):
+        return args.func(args)

@@ -12,10 +12,10 @@ whose prompts are numbered from R (a later run on further prompts; training merg
 with
   topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past
   32768 tokens), tokens int16 (or int32) [blocks, B, B],
-  confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int8 [blocks, B] (positions in commit
-  order), prompt int32 [blocks] (index of the prompt = its noise row), block_index int32 [blocks], block_start
-  int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
-  the coupled noise, docs/design.md §2.3).
+  confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int32 [blocks, B] (positions in commit
+  order; int8 in shards of blocks up to 64 written before), prompt int32 [blocks] (index of the prompt = its
+  noise row), block_index int32 [blocks], block_start int64 [blocks] (absolute position of the block's first
+  token: with the seed in the metadata, the coordinates of the coupled noise, docs/design.md §2.3).
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ from tqdm import tqdm
 
 from ..decode import _check_args, generate
 from ..loading import atomic_write
+
+
+# The commit order's positions: int32 holds any block the decoder accepts (int8 wrapped positions >= 128 to negative
+# numbers). Shards written with int8 load the same (`Trajectories` reads the order as int64).
+ORDER_DTYPE = torch.int32
 
 
 class TrajectoryRecorder:
@@ -63,7 +68,7 @@ class TrajectoryRecorder:
             "tokens": stack("tokens", ids),
             "confidence": stack("confidence", torch.float32),
             "masked": stack("masked", torch.bool),
-            "order": orders[:, done].flatten(0, 1).to(torch.int8).cpu(),
+            "order": orders[:, done].flatten(0, 1).to(ORDER_DTYPE).cpu(),
             "prompt": (first_prompt + torch.arange(b, dtype=torch.int32)).repeat_interleave(len(done)),
             "block_index": torch.tensor(done, dtype=torch.int32).repeat(b),
             "block_start": torch.stack([self.starts[blk] for blk in done], 1).flatten().to(torch.int64).cpu(),

@@ -777,7 +777,9 @@ def build_corpus(out_dir: str | os.PathLike, seed: int = 0, total_mb: float = DE
     random.Random(f"spot-shuffle:{seed}").shuffle(splits["train"])
 
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    from ..loading import check_output_path  # torch: only when writing
+
+    check_output_path(out).mkdir(parents=True, exist_ok=True)
     manifest: dict = {
         "format_version": FORMAT_VERSION,
         "seed": seed,

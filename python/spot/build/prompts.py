@@ -28,14 +28,24 @@ def build_prompts(corpus_dir, count: int = 64, split: str = "heldout") -> list[d
     """`count` prompts from `split` ("heldout" or "train"), mixed by source as MIX says."""
     docs = [json.loads(line) for line in open(Path(corpus_dir) / f"{split}.jsonl")]
     keyed = []
-    for rank, (source, share) in enumerate(MIX):
+    for rank, ((source, _), want) in enumerate(zip(MIX, _apportion(count))):
         pool = sorted((d for d in docs if d["source"] == source), key=lambda d: d["id"])
-        want = round(count * share)
         step = max(1, len(pool) // max(want, 1))
         picked = [p for p in (prompt_of(d) for d in pool[::step]) if p][:want]
         # Spread each source evenly over the list, so that any prefix of it is a mix.
         keyed += [(i / len(picked), rank, {"source": source, "text": p}) for i, p in enumerate(picked)]
     return [item for _, _, item in sorted(keyed, key=lambda t: t[:2])]
+
+
+def _apportion(count: int) -> list[int]:
+    """`count` split over MIX's sources by share, summing to `count` (largest remainders; rounding each share
+    alone gave 0 of 1 and 4 of 5)."""
+    exact = [count * share for _, share in MIX]
+    wants = [int(x) for x in exact]
+    by_remainder = sorted(range(len(MIX)), key=lambda i: (wants[i] - exact[i], i))
+    for i in by_remainder[:count - sum(wants)]:
+        wants[i] += 1
+    return wants
 
 
 def training_prompts(corpus_dir, count: int, skip=(), skip_fresh: int = 0) -> tuple[list[str], int]:
@@ -59,7 +69,9 @@ def training_prompts(corpus_dir, count: int, skip=(), skip_fresh: int = 0) -> tu
 
 def write_prompts(corpus_dir, out, count: int = 64) -> int:
     """Write `count` held-out prompts of `corpus_dir` as JSON to `out`; returns how many."""
+    from ..loading import atomic_write_text, check_output_path
+
     items = build_prompts(corpus_dir, count)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(items, indent=1) + "\n")
+    check_output_path(out).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, json.dumps(items, indent=1) + "\n")
     return len(items)

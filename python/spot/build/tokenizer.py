@@ -132,9 +132,12 @@ def encode_documents(corpus_dir: str | os.PathLike, tokenizer: Tokenizer | None 
         flush()
     arr = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
     if cache:
+        from ..loading import atomic_write_text, check_output_path  # torch: only when writing
+
+        check_output_path(npy)
         tmp = npy.with_suffix(".tmp.npy")
         np.save(tmp, arr, allow_pickle=False)
         os.replace(tmp, npy)
         meta = dict(key, tokens=int(arr.size), documents=n_docs)
-        meta_path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(meta_path, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return arr

@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from .collect import pair_name
-from ..loading import atomic_write
+from ..loading import atomic_write, remove_stale_temporaries
 from ..order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
 
 
@@ -45,6 +45,23 @@ class DrafterTrainConfig:
     # training again into the same out_dir resumes from it and ends with the weights of an uninterrupted run.
     # Not part of a run's identity: resuming with another value is allowed.
     checkpoint_every: int = 250
+
+
+def check_train_config(cfg: DrafterTrainConfig) -> None:
+    """A training run's settings, refused (naming the field) before anything is trained or written: a run of no
+    steps would write untrained weights, a batch of none a NaN loss."""
+    for name in ("steps", "batch_size", "max_depth", "heldout_every", "eval_every"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name}: expected >= 1, got {getattr(cfg, name)}")
+    if cfg.checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every: expected >= 0 (0: no checkpoints), got {cfg.checkpoint_every}")
+    for name in ("lr", "soft_temperature"):
+        if not math.isfinite(getattr(cfg, name)) or getattr(cfg, name) <= 0:
+            raise ValueError(f"{name}: expected a finite number > 0, got {getattr(cfg, name)}")
+    if not math.isfinite(cfg.soft_weight) or cfg.soft_weight < 0 or not math.isfinite(cfg.weight_decay) \
+            or cfg.weight_decay < 0:
+        raise ValueError(f"soft_weight, weight_decay: expected finite numbers >= 0, got {cfg.soft_weight}, "
+                         f"{cfg.weight_decay}")
 
 
 class Trajectories:
@@ -280,6 +297,7 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
     there (refusing one of another run), so an interrupted run, started again, ends with the same weights; the
     checkpoint is deleted once the weights are saved."""
     log = log or _log
+    check_train_config(cfg)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     model = OrderModel(init.cfg if init is not None else model_cfg or OrderModelConfig())
@@ -297,6 +315,8 @@ def train_drafter(shards: list[Trajectories], cfg: DrafterTrainConfig, out_dir, 
     out_dir = Path(out_dir)
     checkpoint, identity = out_dir / CHECKPOINT, _run_identity(cfg, model.cfg, shards)
     start, history = 0, []
+    for stale in remove_stale_temporaries(checkpoint):  # a save killed mid-write (SIGKILL) left it
+        log(f"removed {stale}, left by an interrupted checkpoint save")
     if checkpoint.is_file():
         start, history = _load_checkpoint(checkpoint, model, opt, gen, identity)
         log(f"resuming from {checkpoint} at step {start}")

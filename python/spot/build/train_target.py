@@ -21,7 +21,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..loading import atomic_write, atomic_write_text, save_model
+from ..loading import atomic_write, atomic_write_text, remove_stale_temporaries, save_model
 from ..model import BlockDiffusionLM, ModelConfig
 
 
@@ -163,6 +163,8 @@ def train(mcfg: ModelConfig, cfg: TrainConfig, train_tokens: np.ndarray, heldout
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
     step, log = 0, []
+    for name in ("checkpoint.safetensors", "checkpoint.json"):  # a save killed mid-write (SIGKILL) left them
+        remove_stale_temporaries(out_dir / name)
     if (out_dir / "checkpoint.safetensors").is_file():
         step, log = _load_checkpoint(out_dir, model, opt)
     unigram_top = int(np.bincount(train_tokens[: 5_000_000], minlength=mcfg.vocab_size).argmax())

@@ -4,7 +4,6 @@ temperature (spot.budgets)."""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from collections import Counter
@@ -14,6 +13,7 @@ import torch
 
 from ..budgets import device_key, predicted_rate, temperature_key
 from ..decode import generate
+from ..loading import atomic_write_text, check_output_path
 from ..tree import WIDTH, tree_branch
 
 MIN_GAIN = 0.03  # a tree must beat the root alone by 3% on both clocks to be chosen (`choose_measured`)
@@ -108,7 +108,6 @@ def save_tuning(result: dict, device, block_size: int, path, temperature: float 
     if not entry or "temperature" not in entry:
         entry = per_block[str(block_size)] = {"temperature": {}}
     entry["temperature"][temperature_key(temperature)] = result
+    check_output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(table, indent=1, sort_keys=True) + "\n")

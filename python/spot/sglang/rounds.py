@@ -13,7 +13,6 @@ a fake forward.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass, field, fields
 from types import SimpleNamespace
 from typing import Callable
@@ -23,7 +22,8 @@ import torch
 import spot_kernels
 from spot_kernels import CONFIDENCE_KINDS
 
-from ..decode import MIN_TEMPERATURE, _score_all_nodes, _stale_features, draft_tree
+from .. import limits
+from ..decode import _score_all_nodes, _stale_features, draft_tree
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
 from ..target import NodeLogits
 from ..tree import WIDTH, Tree, tree_branch
@@ -73,10 +73,8 @@ class SpotOptions:
 
 
 def check_temperature(t, what: str = "temperature") -> float:
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0 \
-            or 0 < t < MIN_TEMPERATURE:
-        raise ValueError(f"{what}: expected 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}, got {t!r}")
-    return float(t)
+    """generate's rule (spot.limits.temperature): 0, or in [MIN_TEMPERATURE, the largest float32]."""
+    return limits.temperature(what, t)
 
 
 def make_drafter(name: str, device="cpu") -> Drafter | None:
