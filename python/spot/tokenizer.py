@@ -118,7 +118,7 @@ class Tokenizer:
         return hashlib.sha256(self._tk.to_str().encode("utf-8")).hexdigest()
 
     def save(self, path: str | os.PathLike) -> None:
-        from .loading import atomic_write_text, check_output_path
+        from .files import atomic_write_text, check_output_path
 
         path = check_output_path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
