@@ -20,7 +20,7 @@ import torch
 from spot_kernels import CONFIDENCE_KINDS
 
 from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures
-from .round import RoundConfig, draft, settle
+from .round import RoundConfig, compiled, draft, settle
 from .target import Target, memory_limit_bytes, warn_if_not_batch_invariant
 from .tree import WIDTH, tree_branch
 
@@ -62,7 +62,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
              score_all_nodes: bool | None = None, allow_partial_block: bool = False, max_batch: int | None = None,
-             lockstep: bool = False, static_round: bool | None = None) -> GenerateOutput:
+             lockstep: bool = False, static_round: bool | None = None,
+             compile_round: str | None = None) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree (branch
@@ -90,6 +91,9 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     static_round: run the round with fixed shapes and no host sync inside it (spot.round, docs/round.md; default
     on accelerators) or let the host trim trees and stop their growth early (default on CPU, where that saves
     drafter and target work); the trees and tokens are the same either way.
+    compile_round: a torch.compile backend ("inductor", "aot_eager", ...): run the static round's two halves
+    (drafting; scoring, verification and stale features) compiled whole (spot.round.compiled); implies
+    static_round. None (default): eager (docs/round.md says why on CPU).
 
     Arguments are checked before any work: temperature is 0 (greedy) or at least MIN_TEMPERATURE (below it the
     scaled logits overflow); integers may be Python or NumPy integers, never bools; rows lie in [0, 2**32) (the
@@ -116,7 +120,10 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     elif method == "confidence":
         drafter = ConfidenceDrafter()
     if static_round is None:
-        static_round = dev.type != "cpu"
+        static_round = dev.type != "cpu" or compile_round is not None
+    if compile_round is not None and not static_round:
+        raise ValueError("compile_round: a compiled round is a static one (static_round=True or None)")
+    round_fns = (draft, settle) if compile_round is None else compiled(compile_round)
     if score_all_nodes is None:
         score_all_nodes = dev.type != "cpu"
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
@@ -143,7 +150,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     waiting = list(range(width_of_batch, b)) if n_blocks else []
     done_blocks = 0
     while len(slots):
-        complete, has_eos = _one_pass(cfg, drafter, target, session, slots, orders, n_blocks, stats, on_pass, rows)
+        complete, has_eos = _one_pass(cfg, drafter, target, session, slots, orders, n_blocks, stats, on_pass, rows,
+                                      round_fns)
         if not any(complete) or not (per_row or all(complete)):
             continue  # lock-step: every row waits for the slowest
         finished = [i for i, c in enumerate(complete) if c]
@@ -234,7 +242,8 @@ class _Slots:
 
 
 def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session, slots: _Slots, orders: torch.Tensor,
-              n_blocks: int, stats: DecodeStats, on_pass, all_rows: torch.Tensor) -> tuple[list, list]:
+              n_blocks: int, stats: DecodeStats, on_pass, all_rows: torch.Tensor,
+              round_fns=(draft, settle)) -> tuple[list, list]:
     """One target pass over every row: draft a tree from the row's stale features, score it, accept the longest
     chain that equals the target's own commits (spot.round); record the commit order in `orders`. Returns, per row,
     whether its block is complete and whether it holds an end-of-sequence token: the pass's one host sync."""
@@ -245,14 +254,17 @@ def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session
     rows = all_rows[sequence]
     drafted = any(slots.has_stale)  # known on the host: no tree for a pass whose rows all start a block
     has_stale = torch.tensor(slots.has_stale, device=dev) if drafted and not all(slots.has_stale) else None
-    tree = draft(cfg, drafter if drafted else None, slots.block, slots.step, rows, slots.stale, has_stale)
+    draft_fn, settle_fn = round_fns
+    tree = draft_fn(cfg, drafter if drafted else None, slots.block, slots.step, rows, slots.stale, has_stale)
     block_start = session.block_start
     t_target = time.perf_counter()
     logits = session.score_lazily(tree.states)  # the LM head runs in the scorer, for the nodes it scores
     warn_if_not_batch_invariant(target, logits.dtype)
+    if cfg.static:  # every node is scored: the LM head's projection is the target's, outside the round
+        logits = logits.full()
     t_verify = time.perf_counter()
     need_stale = drafter is not None or on_pass is not None  # nothing reads them otherwise
-    out = settle(cfg, tree, logits, slots.block, slots.step, rows, block_start, block_index, sequence, need_stale)
+    out = settle_fn(cfg, tree, logits, slots.block, slots.step, rows, block_start, block_index, sequence, need_stale)
     _record_order(orders, sequence, block_index, slots.step, out.accepted_pos, out.n_acc, n_blocks,
                   slots.block_size)
     active = out.root_masked.any(1)

@@ -12,8 +12,8 @@ of a known decoder function wins), so the hot code carries no counting hooks:
     target       the target's own forward (spot/target.py, model.py, hf.py, llada2_pipeline.py)
     bookkeeping  everything else (the decode loop, slots, orders, statistics)
 
-A host sync is an op that copies a device value to the host: aten._local_scalar_dense (`.item()`, `.tolist()`,
-`bool(t)`, `int(t)`), aten.nonzero (its output size depends on values), aten.is_nonzero, or an op whose output
+A host sync is an op that copies a device value to the host: aten._local_scalar_dense (`.item()`, `bool(t)`,
+`int(t)`), `Tensor.tolist()` (counted apart: on a CPU tensor it dispatches no op), aten.nonzero (its output size depends on values), aten.is_nonzero, or an op whose output
 shape depends on values (aten.masked_select, aten.unique*, boolean-mask indexing through aten.index). On a CPU
 these do not stall anything, but they are the ones that would on a GPU. A spot custom op counts as one op (its
 insides run below the mode).
@@ -90,6 +90,25 @@ class DispatchCounter(TorchDispatchMode):
         self.syncs: Counter = Counter()
         self.by_op: dict[str, Counter] = {s: Counter() for s in STAGES}
         self._paths: dict = {}
+
+    def __enter__(self):
+        # Tensor.tolist reads a CPU tensor's memory without dispatching any op: count it here (on a GPU it is a
+        # device-to-host copy, a sync)
+        real, counter = torch.Tensor.tolist, self
+
+        def tolist(tensor):
+            stage = _stage_of_stack()
+            counter.syncs[stage] += 1
+            counter.by_op[stage]["Tensor.tolist"] += 1
+            return real(tensor)
+
+        self._real_tolist = real
+        torch.Tensor.tolist = tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._real_tolist
+        return super().__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         full = str(func)

@@ -106,6 +106,14 @@ def run_round(cfg: RoundConfig, drafter: Drafter | None, forward: Callable, bloc
     return tree, settle(cfg, tree, forward(tree.states), block, step, rows, block_start)
 
 
+def compiled(backend: str = "inductor") -> tuple[Callable, Callable]:
+    """`draft` and `settle` through torch.compile(fullgraph=True, dynamic=False): one graph each, no break (a
+    break raises), recompiled per shape bucket (rows, node slots, block size) and configuration. For static
+    configurations only (`RoundConfig.static`). backend: a torch.compile backend ("inductor", "aot_eager", ...)."""
+    return (torch.compile(draft, fullgraph=True, dynamic=False, backend=backend),
+            torch.compile(settle, fullgraph=True, dynamic=False, backend=backend))
+
+
 def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     logits[..., mask_id] = float("-inf")  # committing the mask token would undo a commit
     return logits
