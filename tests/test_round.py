@@ -111,3 +111,20 @@ def test_the_round_compiles_with_inductor(target):
     eager = spot.generate(target, PROMPTS[:2], "spot", drafter=drafter, static_round=True, **kw)
     compiled = spot.generate(target, PROMPTS[:2], "spot", drafter=drafter, compile_round="inductor", **kw)
     assert compiled.tokens == eager.tokens and compiled.stats.target_passes == eager.stats.target_passes
+
+
+def test_the_gpu_round_check_runs_dry_on_cpu(tmp_path):
+    """bench/round_gpu.py (bench/gpu_check.sh's capture check) runs its eager half on CPU, so it does not rot."""
+    import importlib.util
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "round_gpu.py")
+    spec = importlib.util.spec_from_file_location("round_gpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "round.json"
+    assert module.main(["--device", "cpu", "--rows", "2", "--budgets", "4", "--temperatures", "1", "--repeats", "1",
+                        "--json", str(out)]) == 0
+    (entry,) = json.loads(out.read_text())["buckets"]
+    assert entry["rows"] == 2 and entry["budget"] == 4 and entry["eager_us"] > 0

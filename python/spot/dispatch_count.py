@@ -13,9 +13,10 @@ of a known decoder function wins), so the hot code carries no counting hooks:
     bookkeeping  everything else (the decode loop, slots, orders, statistics)
 
 A host sync is an op that copies a device value to the host: aten._local_scalar_dense (`.item()`, `bool(t)`,
-`int(t)`), `Tensor.tolist()` (counted apart: on a CPU tensor it dispatches no op), aten.nonzero (its output size depends on values), aten.is_nonzero, or an op whose output
-shape depends on values (aten.masked_select, aten.unique*, boolean-mask indexing through aten.index). On a CPU
-these do not stall anything, but they are the ones that would on a GPU. A spot custom op counts as one op (its
+`int(t)`), `Tensor.tolist()` (counted apart: on a CPU tensor it dispatches no op), aten.nonzero (its output size
+depends on values), aten.is_nonzero, or an op whose output shape depends on values (aten.masked_select,
+aten.unique*, boolean-mask indexing through aten.index). On a CPU these do not stall anything, but they are the
+ones that would on a GPU. A spot custom op counts as one op (its
 insides run below the mode).
 
     with DispatchCounter() as counter:
