@@ -79,7 +79,7 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
 
     count_ops: each run decodes its first batch once more, untimed, under spot.dispatch_count.DispatchCounter:
     "dispatch_per_pass" is its dispatched ops and host syncs per target pass by stage ("decoder": all but the
-    target's forward), what a GPU pays in launches and synchronisations (docs/round.md)."""
+    target's forward), what a GPU pays in launches and synchronisations (docs/round.md); oracle is not counted."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
     budgets = list(budgets) if budgets else [settings.get("budget", 16)]
@@ -115,12 +115,14 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     counts = {}
     if count_ops:
         for name, method, run_drafter, budget in runs:
+            if method == "oracle":  # a diagnostic, whose own standard run would be counted with it
+                continue
             counts[(name, budget)] = count_dispatch(target, prompts[:batch_size], method, drafter=run_drafter,
                                                     **{**settings, "budget": budget})
     by_budget: dict[str, dict] = {str(b): {} for b in budgets}
     for name, method, _, budget in runs:
         entry = _entry(totals[(name, budget)], standard)
-        if count_ops:
+        if (name, budget) in counts:
             entry["dispatch_per_pass"] = counts[(name, budget)]
         if method == "standard" or budget == budgets[0]:
             report["methods"][name] = entry

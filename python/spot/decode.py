@@ -189,8 +189,13 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
             slots.block = torch.where(riding[:, None], eos_id if eos_id is not None else target.mask_id,
                                       slots.block)
     stats.target_passes = session.passes
-    out = [torch.cat(row) if row else torch.empty(0, dtype=torch.long, device=dev) for row in blocks]
-    tokens = [_cut(row.tolist(), max_new_tokens, eos_id) for row in out]
+    # every row's tokens in one device-to-host copy
+    flat = torch.cat([t for row in blocks for t in row]).tolist() if any(blocks) else []
+    tokens, at = [], 0
+    for row in blocks:
+        n = sum(len(t) for t in row)
+        tokens.append(_cut(flat[at:at + n], max_new_tokens, eos_id))
+        at += n
     stats.generated_tokens = sum(len(t) for t in tokens)
     stats.seconds = time.perf_counter() - t0
     return GenerateOutput(tokens, stats, orders[:-1].view(b, n_blocks, block_size))
