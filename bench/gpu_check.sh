@@ -2,8 +2,8 @@
 # The one prepared script for a (briefly lent) GPU machine (docs/design.md §6): install, GPU tests, GPU
 # microbenchmarks.
 # Writes into $OUT (default ./gpu_out): gpu_check.log, tests.xml, tests_rest.xml, gpu_bench.json, bench_ops.json,
-# triton_compile.log, projection.txt, projection.json, projection_measured.png, sglang_check.json (only where
-# SGLang with its CUDA kernels is installed), summary.json. Finishes within about 8 minutes (about 10 with the SGLang
+# triton_compile.log, round_gpu.json, projection.txt, projection.json, projection_measured.png, sglang_check.json
+# (only where SGLang with its CUDA kernels is installed), summary.json. Finishes within about 8 minutes (about 10 with the SGLang
 # step): every step has a deadline.
 #
 #   OUT=/some/dir bash bench/gpu_check.sh            # from the repository root
@@ -75,6 +75,11 @@ step "GPU microbenchmarks (bench/gpu_bench.py)"
 T=$(budget 200 40)
 timeout $((T + 20)) $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json" --budget "$T"
 STATUS[gpu_bench]="exit $?"
+
+step "the static round captured in a CUDA graph: replay == eager bit for bit, us per round (bench/round_gpu.py)"
+T=$(budget 60 30)
+timeout "$T" $PY bench/round_gpu.py --json "$OUT/round_gpu.json" --rows 1,32 --budgets 4,16
+STATUS[round_capture]="exit $? (1 = a replay differed from eager; 124 = ran out of its ${T}s)"
 
 step "projection beside the measured pass-time curve (spot project --measured)"
 T=$(budget 20 30)

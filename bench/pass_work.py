@@ -26,7 +26,7 @@ import spot_kernels
 import torch
 
 import spot
-import spot.decode
+import spot.round
 from spot.bench import write_json
 from spot.order_model import LearnedDrafter, OrderModel
 from spot.prompts import held_out_prompts
@@ -62,12 +62,12 @@ def dense_mask():
 def every_frontier_node():
     """The tree grows by asking the drafter for every frontier node, as before, even those none of whose children
     could be kept (the same tree)."""
-    real = spot.decode.grow_tree
-    spot.decode.grow_tree = functools.partial(real, prune=False)
+    real = spot.round.grow_tree
+    spot.round.grow_tree = functools.partial(real, prune=False)
     try:
         yield
     finally:
-        spot.decode.grow_tree = real
+        spot.round.grow_tree = real
 
 
 @contextlib.contextmanager

@@ -101,7 +101,8 @@ def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(mo
 
     settings = dict(max_new_tokens=8, block_size=4, temperature=1.0, eos_id=None, budget=4, seed=3)
     monkeypatch.setattr(spot.bench, "generate", spy)
-    report = run_bench(target, PROMPTS, ["confidence", "oracle"], batch_size=2, progress=False, **settings)
+    report = run_bench(target, PROMPTS, ["confidence", "oracle"], batch_size=2, progress=False, count_ops=False,
+                       **settings)
     assert calls == [(m, [0, 1]) for m in ("standard", "confidence", "oracle")] + \
         [(m, [2, 3]) for m in ("standard", "oracle", "confidence")]
     for method in ("standard", "confidence", "oracle"):
@@ -110,7 +111,7 @@ def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(mo
         assert r["target_passes"] == whole["target_passes"] and r["exact_match_vs_standard"], method
     assert report["methods"]["confidence"]["target_passes"] < report["methods"]["standard"]["target_passes"]
     calls.clear()
-    report = run_bench(target, PROMPTS, ["confidence"], batch_size=1, progress=False, **settings)
+    report = run_bench(target, PROMPTS, ["confidence"], batch_size=1, progress=False, count_ops=False, **settings)
     assert [m for m, _ in calls] == ["standard", "confidence", "confidence", "standard"] * 2
     assert report["methods"]["confidence"]["exact_match_vs_standard"]
 

@@ -140,8 +140,8 @@ def test_budget_one_calls_no_drafter(monkeypatch):
     target = sharp_target()
     kw = dict(max_new_tokens=8, block_size=4, temperature=1.0, seed=2, eos_id=None, budget=1)
     ref = spot.generate(target, PROMPTS, "standard", **kw)
-    monkeypatch.setattr(spot.decode, "_stale_features", refuse)
-    monkeypatch.setattr(spot.decode, "grow_tree", refuse)
+    monkeypatch.setattr(spot.round, "stale_features", refuse)
+    monkeypatch.setattr(spot.round, "grow_tree", refuse)
     for method in ("spot", "confidence", "oracle"):
         out = spot.generate(target, PROMPTS, method, drafter=Refuses() if method == "spot" else None, **kw)
         assert out.tokens == ref.tokens and out.stats.target_passes == ref.stats.target_passes, method

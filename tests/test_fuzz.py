@@ -10,7 +10,7 @@ draws the same cases; the budgets below keep the file near half a minute on two 
 
 Two comparisons are stated more precisely than "equal": score's commit position may differ from the reference's
 only at a rounding-level tie (_rounding_ties), and generate's commit orders are compared only without an
-end-of-sequence id (past one, the closed positions of a block are not committed, decode._close_after_eos)."""
+end-of-sequence id (past one, the closed positions of a block are not committed, round.close_after_eos)."""
 
 import math
 import random
@@ -496,7 +496,7 @@ def test_fuzz_generate_exact(case):
     ref = generate(target, prompts, "standard", **kw)
     out = generate(target, prompts, "confidence", **kw)
     assert out.tokens == ref.tokens
-    if kw["eos_id"] is None:  # past an end-of-sequence token the orders may differ (decode._close_after_eos)
+    if kw["eos_id"] is None:  # past an end-of-sequence token the orders may differ (round.close_after_eos)
         assert torch.equal(out.orders, ref.orders)
     out = generate(target, prompts, "spot", drafter=ConfidenceDrafter(), **kw)
     assert out.tokens == ref.tokens

@@ -216,13 +216,13 @@ def test_a_drafter_carries_its_tree_branch(tmp_path, target, monkeypatch):
     assert spot.tree.tree_branch(drafter) == 7 and spot.tree.tree_branch(drafter, 2) == 2
     assert spot.tree.tree_branch(LearnedDrafter(model)) == spot.tree.BRANCH == spot.tree.tree_branch(None)
     seen = []
-    real = spot.decode.grow_tree
+    real = spot.round.grow_tree
 
     def recording(*args, **kw):
         seen.append(kw["branch"])
         return real(*args, **kw)
 
-    monkeypatch.setattr(spot.decode, "grow_tree", recording)
+    monkeypatch.setattr(spot.round, "grow_tree", recording)
     kw = dict(max_new_tokens=8, block_size=4, eos_id=None, budget=6)
     ref = spot.generate(target, PROMPTS, "standard", **kw)
     for method, extra, want in (("spot", {"drafter": drafter}, 7), ("spot", {"drafter": drafter, "branch": 3}, 3),

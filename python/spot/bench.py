@@ -13,6 +13,7 @@ import torch
 from tqdm import tqdm
 
 from .decode import generate
+from .dispatch_count import DispatchCounter
 from .loading import atomic_write_text, check_output_path
 
 
@@ -59,7 +60,7 @@ def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int
 
 
 def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1, drafter=None, progress=True,
-              budgets=None, **settings) -> dict:
+              budgets=None, count_ops: bool = True, **settings) -> dict:
     """Run `methods` (standard always first, it is the reference) and return the JSON-ready report.
 
     drafter: the drafter of method "spot", or a dict {name: drafter} of several: "spot" then runs once per
@@ -73,7 +74,11 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     first after another, fall on every run alike and the wall-clock ratios compare like with like; each run's
     figures are the sums over its batches. Besides wall-clock seconds every entry has the process's CPU seconds
     ("cpu_seconds", "cpu_speedup_vs_standard"): with one thread (OMP_NUM_THREADS=1) they leave out the time other
-    jobs held the core, the steadier ratio on a shared machine."""
+    jobs held the core, the steadier ratio on a shared machine.
+
+    count_ops: each run decodes its first batch once more, untimed, under spot.dispatch_count.DispatchCounter:
+    "dispatch_per_pass" is its dispatched ops and host syncs per target pass by stage ("decoder": all but the
+    target's forward), what a GPU pays in launches and synchronisations (docs/round.md); oracle is not counted."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
     budgets = list(budgets) if budgets else [settings.get("budget", 16)]
@@ -106,9 +111,18 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
             _add(totals[(name, budget)], run)
             bar.update()
     standard = totals[("standard", budgets[0])]
+    counts = {}
+    if count_ops:
+        for name, method, run_drafter, budget in runs:
+            if method == "oracle":  # a diagnostic, whose own standard run would be counted with it
+                continue
+            counts[(name, budget)] = count_dispatch(target, prompts[:batch_size], method, drafter=run_drafter,
+                                                    **{**settings, "budget": budget})
     by_budget: dict[str, dict] = {str(b): {} for b in budgets}
     for name, method, _, budget in runs:
         entry = _entry(totals[(name, budget)], standard)
+        if (name, budget) in counts:
+            entry["dispatch_per_pass"] = counts[(name, budget)]
         if method == "standard" or budget == budgets[0]:
             report["methods"][name] = entry
         if method != "standard":
@@ -126,6 +140,14 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
         report["settings"]["budgets"] = budgets
         report["by_budget"] = by_budget
     return report
+
+
+def count_dispatch(target, prompts: list[list[int]], method: str, *, drafter=None, **settings) -> dict:
+    """Ops and host syncs per target pass, by stage, of one decode of `prompts` (spot.dispatch_count)."""
+    extra = {"drafter": drafter} if method == "spot" else {}
+    with DispatchCounter() as counter:
+        out = generate(target, prompts, method, rows=list(range(len(prompts))), **extra, **settings)
+    return counter.per_pass(out.stats.target_passes)
 
 
 def _empty_run() -> dict:
@@ -169,7 +191,21 @@ def format_report(report: dict) -> str:
                      f"{r['passes_per_token'] or float('nan'):>9.4f} {r['pass_reduction_vs_standard'] or 0:>8.2f}x "
                      f"{r['tokens_per_second'] or 0:>9.1f} {r['speedup_vs_standard'] or 0:>7.2f}x "
                      f"{r['cpu_speedup_vs_standard'] or 0:>7.2f}x {r['exact_match_vs_standard']}")
+    counted = [(name, b, r["dispatch_per_pass"]) for name, b, r in rows if "dispatch_per_pass" in r]
+    if counted:
+        lines.append("per target pass, the first batch (spot.dispatch_count): decoder ops / host syncs outside the "
+                     "target's forward, by stage, beside wall clock")
+        lines.append(f"{'method':<{w}} {'budget':>6} {'ms/pass':>8} {'ops':>7} {'syncs':>6}  "
+                     + " ".join(f"{s:>13}" for s in STAGE_COLUMNS))
+        for name, b, d in counted:
+            r = report["methods"][name] if b in ("", budget) else report["by_budget"][str(b)][name]
+            ms = 1e3 * r["seconds"] / r["target_passes"] if r["target_passes"] else float("nan")
+            lines.append(f"{name:<{w}} {b:>6} {ms:>8.2f} {d['decoder']['ops']:>7.0f} {d['decoder']['syncs']:>6.2f}  "
+                         + " ".join(f"{d[s]['ops']:>7.0f}/{d[s]['syncs']:<5.2f}" for s in STAGE_COLUMNS))
     return "\n".join(lines)
+
+
+STAGE_COLUMNS = ("draft", "score", "verify", "stale", "bookkeeping")
 
 
 def _check_prompts_and_batch(prompts, batch_size) -> None:

@@ -13,18 +13,17 @@ import operator
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
-import spot_kernels
-from spot_kernels import CONFIDENCE_KINDS, ScoreOutput
+from spot_kernels import CONFIDENCE_KINDS
 
-from .drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, OracleDrafter, StaleFeatures
 from . import limits
+from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
-from .target import NodeLogits, Target, warn_if_not_batch_invariant
-from .tree import WIDTH, Tree, grow_tree, tree_branch
+from .round import RoundConfig, compiled, draft, settle
+from .target import Target, warn_if_not_batch_invariant
+from .tree import WIDTH, tree_branch
 
 METHODS = ("standard", "confidence", "spot", "oracle")
 
@@ -64,7 +63,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
              score_all_nodes: bool | None = None, allow_partial_block: bool = False, max_batch: int | None = None,
-             lockstep: bool = False) -> GenerateOutput:
+             lockstep: bool = False, static_round: bool | None = None,
+             compile_round: str | None = None) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     budget: the most nodes (root included) one verification pass may score; width/branch shape the tree (branch
@@ -89,6 +89,12 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     whose sessions advance rows at their own pace (`Session.per_row`, the embedded target's).
     lockstep: keep rows in lock-step even where the session could let each row start its next block as soon as
     it finishes one (per-row progress, the default there); the tokens are the same either way.
+    static_round: run the round with fixed shapes and no host sync inside it (spot.round, docs/round.md; default
+    on accelerators) or let the host trim trees and stop their growth early (default on CPU, where that saves
+    drafter and target work); the trees and tokens are the same either way.
+    compile_round: a torch.compile backend ("inductor", "aot_eager", ...): run the static round's two halves
+    (drafting; scoring, verification and stale features) compiled whole (spot.round.compiled); implies
+    static_round. None (default): eager (docs/round.md says why on CPU).
 
     Arguments are checked before any work (spot.limits): temperature is 0 (greedy) or in [MIN_TEMPERATURE,
     the largest float32] (below it, or above it in float32, the scaled logits overflow); the estimated memory of a
@@ -115,12 +121,19 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
         drafter = ConfidenceDrafter()
+    if static_round is None:
+        static_round = dev.type != "cpu" or compile_round is not None
+    if compile_round is not None and not static_round:
+        raise ValueError("compile_round: a compiled round is a static one (static_round=True or None)")
+    round_fns = (draft, settle) if compile_round is None else compiled(compile_round)
     if score_all_nodes is None:
         score_all_nodes = dev.type != "cpu"
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
-    run = _Run(target, None if method == "standard" or budget == 1 else drafter, seed, rows, temperature, confidence,
-               min(top_k, target.vocab_size), backend, budget, width, branch, eos_id,
-               _score_all_nodes if score_all_nodes else _score_accepted_chain, on_pass, DecodeStats(method))
+    if method == "standard" or budget == 1:
+        drafter = None
+    cfg = RoundConfig(target.mask_id, seed, temperature, confidence, min(top_k, target.vocab_size), backend, budget,
+                      width, branch, eos_id, static_round, score_all_nodes)
+    stats = DecodeStats(method)
 
     t0 = time.perf_counter()
     width_of_batch = b if max_batch is None else min(b, max_batch)
@@ -133,260 +146,171 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     # len % block_size tokens (`prompt_head`): they take block positions and are not output.
     head = list(getattr(session, "prompt_head", None) or [0] * width_of_batch)
     n_blocks = -(-(max_new_tokens + max(head, default=0)) // block_size) if max_new_tokens else 0
-    orders = torch.full((b, n_blocks, block_size), -1, dtype=torch.long, device=dev)
+    # commit orders, flat, with one spare entry last: a pass writes every row's accepted positions at once, those
+    # past its commits into the spare entry (no host sync to find which to write)
+    orders = torch.full((b * n_blocks * block_size + 1,), -1, dtype=torch.long, device=dev)
     blocks: list[list[torch.Tensor]] = [[] for _ in range(b)]
-    slots = _Slots(torch.arange(width_of_batch if n_blocks else 0, device=dev), block_size, target.mask_id)
-    slots.new_blocks(slots.all(), session.initial_block(block_size))
+    slots = _Slots(list(range(width_of_batch)) if n_blocks else [], block_size, target.mask_id, dev)
+    slots.new_blocks(list(range(len(slots))), session.initial_block(block_size))
     waiting = list(range(width_of_batch, b)) if n_blocks else []
     done_blocks = 0
     while len(slots):
-        run.rows = rows[slots.sequence]
-        _one_pass(run, session, slots, orders)
-        complete = ~(slots.block == target.mask_id).any(1)
-        if not bool(complete.any()) or not (per_row or bool(complete.all())):
+        complete, has_eos = _one_pass(cfg, drafter, target, session, slots, orders, n_blocks, stats, on_pass, rows,
+                                      round_fns)
+        if not any(complete) or not (per_row or all(complete)):
             continue  # lock-step: every row waits for the slowest
-        finished = torch.nonzero(complete).flatten()
+        finished = [i for i, c in enumerate(complete) if c]
+        finished_t = torch.tensor(finished, dtype=torch.long, device=dev)
         if per_row:
-            session.append(slots.block[finished], rows=finished)
+            session.append(slots.block[finished_t], rows=finished_t)
         else:
             session.append(slots.block)  # the Session contract's lock-step form: every row
-        for i, seq in zip(finished.tolist(), slots.sequence[finished].tolist()):
-            blocks[seq].append(slots.block[i].clone())
+        for i in finished:
+            blocks[slots.sequence[i]].append(slots.block[i].clone())
+            slots.block_index[i] += 1
         done_blocks += len(finished)
-        slots.block_index[finished] += 1
-        over = complete & (slots.block_index >= n_blocks)
-        if eos_id is not None:
-            over |= complete & (slots.block == eos_id).any(1)
+        over = [c and (slots.block_index[i] >= n_blocks or (eos_id is not None and e))
+                for i, (c, e) in enumerate(zip(complete, has_eos))]
         if progress is not None:
             progress(done_blocks, b * n_blocks)
         if per_row:  # rows that are over leave the session; the others start their next block at once
-            keep = torch.nonzero(~over).flatten()
+            keep = [i for i, o in enumerate(over) if not o]
             if len(keep) < len(slots):
-                session.release(keep)
+                session.release(torch.tensor(keep, dtype=torch.long, device=dev))
                 slots.keep(keep)
-                complete = complete[keep]
-            slots.new_blocks(torch.nonzero(complete).flatten())
+                complete = [complete[i] for i in keep]
+            slots.new_blocks([i for i, c in enumerate(complete) if c])
             if waiting and len(slots) < width_of_batch:  # waiting prompts take the free rows, in order
                 new, waiting = waiting[:width_of_batch - len(slots)], waiting[width_of_batch - len(slots):]
                 session.admit([prompts[i] for i in new])
-                slots.admit(torch.tensor(new, dtype=torch.long, device=dev))
+                slots.admit(new)
         else:
-            slots.over |= over
-            if bool(slots.over.all()):
+            slots.over = [a or o for a, o in zip(slots.over, over)]
+            if all(slots.over):
                 break
-            slots.new_blocks(slots.all(), session.initial_block(block_size))
+            slots.new_blocks(list(range(len(slots))), session.initial_block(block_size))
             # a row that is over rides along, its block complete, until the last row is over
-            slots.block[slots.over] = eos_id if eos_id is not None else target.mask_id
-    stats = run.stats
+            riding = torch.tensor(slots.over, device=dev)
+            slots.block = torch.where(riding[:, None], eos_id if eos_id is not None else target.mask_id,
+                                      slots.block)
     stats.target_passes = session.passes
-    out = [torch.cat(row) if row else torch.empty(0, dtype=torch.long, device=dev) for row in blocks]
-    tokens = [_cut(row.tolist()[head[i] if i < len(head) else 0:], max_new_tokens, eos_id) for i, row in enumerate(out)]
+    # every row's tokens in one device-to-host copy; a block-aligned session's prompt head is not output
+    flat = torch.cat([t for row in blocks for t in row]).tolist() if any(blocks) else []
+    tokens, at = [], 0
+    for i, row in enumerate(blocks):
+        n = sum(len(t) for t in row)
+        skip = head[i] if i < len(head) else 0
+        tokens.append(_cut(flat[at + skip:at + n], max_new_tokens, eos_id))
+        at += n
     stats.generated_tokens = sum(len(t) for t in tokens)
     stats.seconds = time.perf_counter() - t0
-    return GenerateOutput(tokens, stats, orders)
+    return GenerateOutput(tokens, stats, orders[:-1].view(b, n_blocks, block_size))
 
 
 class _Slots:
-    """Where every row of the session stands: the prompt it decodes, its block (index, state, commits so far) and
-    the stale features its next tree is drafted from (valid once the block has had a pass)."""
+    """Where every row of the session stands: the prompt it decodes and its block index (host lists, kept by the
+    loop), its block state and commits so far (device), and the stale features its next tree is drafted from
+    (valid once the block has had a pass: `has_stale`, on both sides)."""
 
-    def __init__(self, sequence: torch.Tensor, block_size: int, mask_id: int):
-        n, dev = len(sequence), sequence.device
-        self.sequence = sequence  # [s] prompt index of each row
-        self.block_size, self.mask_id = block_size, mask_id
-        self.block = torch.full((n, block_size), mask_id, dtype=torch.long, device=dev)
-        self.step = torch.zeros(n, dtype=torch.long, device=dev)  # commits already in each row's block
-        self.block_index = torch.zeros(n, dtype=torch.long, device=dev)
-        self.has_stale = torch.zeros(n, dtype=torch.bool, device=dev)
-        self.over = torch.zeros(n, dtype=torch.bool, device=dev)  # lock-step only: done, riding along
+    def __init__(self, sequence: list[int], block_size: int, mask_id: int, device):
+        n = len(sequence)
+        self.device, self.block_size, self.mask_id = device, block_size, mask_id
+        self.sequence = list(sequence)  # prompt index of each row
+        self.block_index = [0] * n
+        self.over = [False] * n  # lock-step only: done, riding along
+        self.has_stale = [False] * n
+        self.block = torch.full((n, block_size), mask_id, dtype=torch.long, device=device)
+        self.step = torch.zeros(n, dtype=torch.long, device=device)  # commits already in each row's block
         self.stale: StaleFeatures | None = None
 
     def __len__(self) -> int:
         return len(self.sequence)
 
-    def all(self) -> torch.Tensor:
-        return torch.arange(len(self), device=self.sequence.device)
-
-    def new_blocks(self, index: torch.Tensor, initial: torch.Tensor | None = None) -> None:
+    def new_blocks(self, index: list[int], initial: torch.Tensor | None = None) -> None:
         """Rows `index` start a block: every position masked (or `initial`, the session's state of it)."""
-        self.block[index] = self.mask_id if initial is None else initial[index]
-        self.step[index] = 0
-        self.has_stale[index] = False
+        if not index:
+            return
+        at = torch.tensor(index, dtype=torch.long, device=self.device)
+        self.block[at] = self.mask_id if initial is None else initial[at]
+        self.step[at] = 0
+        for i in index:
+            self.has_stale[i] = False
 
-    def keep(self, index: torch.Tensor) -> None:
-        for name in ("sequence", "block", "step", "block_index", "has_stale", "over"):
-            setattr(self, name, getattr(self, name)[index])
+    def keep(self, index: list[int]) -> None:
+        at = torch.tensor(index, dtype=torch.long, device=self.device)
+        for name in ("sequence", "block_index", "over", "has_stale"):
+            setattr(self, name, [getattr(self, name)[i] for i in index])
+        self.block, self.step = self.block[at], self.step[at]
         if self.stale is not None:
-            self.stale = self.stale.select(index)
+            self.stale = self.stale.select(at)
 
-    def admit(self, sequence: torch.Tensor) -> None:
-        new = _Slots(sequence, self.block_size, self.mask_id)
-        for name in ("sequence", "block", "step", "block_index", "has_stale", "over"):
-            setattr(self, name, torch.cat((getattr(self, name), getattr(new, name))))
+    def admit(self, sequence: list[int]) -> None:
+        new = _Slots(sequence, self.block_size, self.mask_id, self.device)
+        for name in ("sequence", "block_index", "over", "has_stale"):
+            setattr(self, name, getattr(self, name) + getattr(new, name))
+        self.block, self.step = torch.cat((self.block, new.block)), torch.cat((self.step, new.step))
         self.stale = None if self.stale is None else self.stale.pad(len(sequence))
 
 
-@dataclass
-class _Run:
-    """What every pass of one `generate` call shares."""
-
-    target: Target
-    drafter: Drafter | None  # None: the root alone (standard decoding)
-    seed: int
-    rows: torch.Tensor  # [b] noise row of each sequence
-    temperature: float
-    confidence: str
-    top_k: int
-    backend: str
-    budget: int
-    width: int
-    branch: int
-    eos_id: int | None
-    scorer: Callable  # _score_all_nodes or _score_accepted_chain
-    on_pass: Callable | None
-    stats: DecodeStats
-
-
-def _one_pass(run: _Run, session, slots: _Slots, orders: torch.Tensor) -> None:
+def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session, slots: _Slots, orders: torch.Tensor,
+              n_blocks: int, stats: DecodeStats, on_pass, all_rows: torch.Tensor,
+              round_fns=(draft, settle)) -> tuple[list, list]:
     """One target pass over every row: draft a tree from the row's stale features, score it, accept the longest
-    chain that equals the target's own commits; record the commit order in `orders` [b, blocks, B]."""
-    target = run.target
+    chain that equals the target's own commits (spot.round); record the commit order in `orders`. Returns, per row,
+    whether its block is complete and whether it holds an end-of-sequence token: the pass's one host sync."""
+    dev = slots.block.device
     t_draft = time.perf_counter()
-    tree = _draft(run, slots)
+    sequence = torch.tensor(slots.sequence, dtype=torch.long, device=dev)
+    block_index = torch.tensor(slots.block_index, dtype=torch.long, device=dev)
+    rows = all_rows[sequence]
+    drafted = any(slots.has_stale)  # known on the host: no tree for a pass whose rows all start a block
+    has_stale = torch.tensor(slots.has_stale, device=dev) if drafted and not all(slots.has_stale) else None
+    draft_fn, settle_fn = round_fns
+    tree = draft_fn(cfg, drafter if drafted else None, slots.block, slots.step, rows, slots.stale, has_stale)
     block_start = session.block_start
     t_target = time.perf_counter()
     logits = session.score_lazily(tree.states)  # the LM head runs in the scorer, for the nodes it scores
     warn_if_not_batch_invariant(target, logits.dtype)
+    if cfg.static:  # every node is scored: the LM head's projection is the target's, outside the round
+        logits = logits.full()
     t_verify = time.perf_counter()
-    masked = tree.states == target.mask_id
-    scored = run.scorer(run, logits, masked, tree, block_start, slots.step)
-    commit_tokens = torch.where(scored.commit_pos >= 0,
-                                scored.tokens.gather(2, scored.commit_pos.clamp_min(0)[..., None]).squeeze(2), -1)
-    accepted_pos, _, n_acc, block, last = spot_kernels.verify_tree(
-        tree.parents, tree.positions, tree.tokens, scored.commit_pos, commit_tokens, slots.block,
-        backend=run.backend)
-    active = masked[:, 0].any(1)
-    if bool((active & (n_acc == 0)).any()):
+    need_stale = drafter is not None or on_pass is not None  # nothing reads them otherwise
+    out = settle_fn(cfg, tree, logits, slots.block, slots.step, rows, block_start, block_index, sequence, need_stale)
+    _record_order(orders, sequence, block_index, slots.step, out.accepted_pos, out.n_acc, n_blocks,
+                  slots.block_size)
+    active = out.root_masked.any(1)
+    complete = ~(out.block == cfg.mask_id).any(1)
+    has_eos = (out.block == cfg.eos_id).any(1) if cfg.eos_id is not None else complete
+    summary = torch.stack((active.long(), out.n_acc, complete.long(), has_eos.long())).tolist()  # the one sync
+    active_l, n_acc_l, complete_l, eos_l = summary
+    if any(a and n == 0 for a, n in zip(active_l, n_acc_l)):
         raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
-    _record_order(orders, slots, accepted_pos, n_acc)
-    run.stats.commits_per_pass.update(n_acc[active].tolist())
-    observe = getattr(run.drafter, "observe", None)
-    if observe is not None and slots.stale is not None and bool(slots.has_stale.any()):
+    stats.commits_per_pass.update(n for a, n in zip(active_l, n_acc_l) if a)
+    observe = getattr(drafter, "observe", None)
+    if observe is not None and slots.stale is not None and drafted:
         # a drafter that learns from the target's commits (spot.online.OnlineCalibrated): the stale features its
         # tree was grown from, the root's masked flags and the accepted chain, for the rows it drafted
-        observe(slots.stale, masked[:, 0], accepted_pos, n_acc, slots.has_stale & active)
-    step = slots.step + n_acc
-    if run.eos_id is not None:
-        block = _close_after_eos(block, run.eos_id, target.mask_id)
-    if run.drafter is not None or run.on_pass is not None:  # nothing reads them otherwise
-        slots.stale = _stale_features(run, scored, masked, last, block_start, slots.block_index.clone(), step,
-                                      slots.sequence)
-        slots.has_stale[:] = True
-    if run.on_pass is not None:
-        run.on_pass(slots.block_index, slots.step, slots.stale)
-    slots.block, slots.step = block, step
+        rows_drafted = torch.tensor([h and a for h, a in zip(slots.has_stale, active_l)], device=dev)
+        observe(slots.stale, out.root_masked, out.accepted_pos, out.n_acc, rows_drafted)
+    if need_stale:
+        slots.stale = out.stale
+        slots.has_stale = [True] * len(slots)
+    if on_pass is not None:
+        on_pass(block_index, slots.step, slots.stale)
+    slots.block, slots.step = out.block, out.step
     t_end = time.perf_counter()
-    run.stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
+    stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
+    return [bool(c) for c in complete_l], [bool(e) for e in eos_l]
 
 
-def _close_after_eos(block: torch.Tensor, eos_id: int, mask_id: int) -> torch.Tensor:
-    """Rows whose block holds an end-of-sequence token with every position before it committed are done: the
-    output is cut there, so their still-masked positions are filled with end-of-sequence instead of spending
-    passes on them. Every method reaches such a state on the same trajectory, so the returned tokens do not change;
-    only the passes after it (and the commits recorded in `orders`) are saved."""
-    masked = block == mask_id
-    done = ((block == eos_id) & (masked.cumsum(1) == 0)).any(1)
-    return torch.where(done[:, None] & masked, eos_id, block)
-
-
-def _draft(run: _Run, slots: _Slots) -> Tree:
-    return draft_tree(run, slots.block, slots.step, slots.stale, slots.has_stale)
-
-
-def draft_tree(run, block: torch.Tensor, step: torch.Tensor, stale: StaleFeatures | None,
-               draft_rows: torch.Tensor | None = None) -> Tree:
-    """The tree of a pass: the root alone for standard decoding, for budget 1 (`run.drafter` is None for both)
-    and for rows at a block's first pass (no stale features yet: `draft_rows` False), else grown by the drafter
-    under the node budget. `run` needs drafter, budget, width, branch, seed, rows, temperature, target.mask_id
-    and backend (the SGLang plug-in hands its own)."""
-    if run.drafter is None or stale is None or (draft_rows is not None and not bool(draft_rows.any())):
-        return Tree.root_only(block)
-    return grow_tree(block, step, stale, run.drafter, budget=run.budget, width=run.width, branch=run.branch,
-                     seed=run.seed, rows=run.rows, temperature=run.temperature, mask_id=run.target.mask_id,
-                     backend=run.backend, draft_rows=draft_rows)
-
-
-def _stale_features(run: _Run, scored: ScoreOutput, masked: torch.Tensor, last: torch.Tensor,
-                    block_start: torch.Tensor, block_index, step: torch.Tensor, sequence=None) -> StaleFeatures:
-    """The deepest accepted node's outputs [b, B, ...]: what the next tree is drafted from."""
-    at_last = (torch.arange(last.shape[0], device=last.device), last)
-    return StaleFeatures(
-        topk_probs=scored.topk_probs[at_last], topk_ids=scored.topk_ids[at_last], tokens=scored.tokens[at_last],
-        confidence=scored.confidence[at_last], masked=masked[at_last], block_start=block_start,
-        block_index=block_index, confidence_kind=run.confidence,
-        noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature), sequence=sequence)
-
-
-def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    logits[..., mask_id] = float("-inf")  # committing the mask token would undo a commit
-    return logits
-
-
-def _score_all_nodes(run: _Run, logits: NodeLogits | torch.Tensor, masked, tree: Tree, block_start,
-                     step) -> ScoreOutput:
-    """Every node of the tree in one `score` call (one launch on a GPU, no host synchronisation). `logits`: a
-    pass's NodeLogits, or its logits [b, N, B, V] (the SGLang round passes its forward's)."""
-    b, n = masked.shape[:2]
-    logits = logits.full() if isinstance(logits, NodeLogits) else logits
-    return spot_kernels.score(_without_mask_token(logits, run.target.mask_id), masked, run.seed,
-                              run.rows[:, None].expand(b, n),
-                              block_start[:, None].expand(b, n), step[:, None] + tree.depth, run.temperature,
-                              confidence=run.confidence, top_k=run.top_k, backend=run.backend)
-
-
-def _score_accepted_chain(run: _Run, logits: NodeLogits, masked, tree: Tree, block_start, step) -> ScoreOutput:
-    """Only the nodes verification can reach: the root, then the child carrying each scored node's commit.
-
-    On a CPU every row costs time, and a tree's accepted chain is a few of its nodes, so this does a fraction of
-    `_score_all_nodes`' work; the target's LM head, too, projects only these nodes (`Session.score_lazily`).
-    Nodes left unscored get commit -1 (no token, NaN confidence): their parent's commit did not match them, so
-    `verify_tree` rejects them either way, and the results equal `_score_all_nodes`' on every node that matters."""
-    b, n, B = masked.shape
-    dev, k = masked.device, run.top_k
-    tok = torch.full((b, n, B), -1, dtype=torch.long, device=dev)
-    commit_pos = torch.full((b, n), -1, dtype=torch.long, device=dev)
-    conf = topk_p = topk_i = None
-    node = torch.zeros(b, dtype=torch.long, device=dev)
-    r = torch.arange(b, device=dev)  # rows whose chain is still growing
-    while len(r):
-        at = node[r]
-        node_logits = _without_mask_token(logits.of(r, at), run.target.mask_id)
-        out = spot_kernels.score(node_logits[:, None], masked[r, at, None], run.seed, run.rows[r, None],
-                                 block_start[r, None], (step[r] + tree.depth[r, at])[:, None], run.temperature,
-                                 confidence=run.confidence, top_k=k, backend=run.backend)
-        if conf is None:
-            conf = torch.full((b, n, B), math.nan, dtype=out.confidence.dtype, device=dev)
-            topk_p = torch.zeros((b, n, B, k), dtype=out.topk_probs.dtype, device=dev)
-            topk_i = torch.full((b, n, B, k), -1, dtype=torch.long, device=dev)
-        tok[r, at], conf[r, at], topk_p[r, at], topk_i[r, at] = (x[:, 0] for x in out[:4])
-        c = out.commit_pos[:, 0]
-        commit_pos[r, at] = c
-        c_tok = torch.where(c >= 0, out.tokens[:, 0].gather(1, c.clamp_min(0)[:, None])[:, 0], -1)
-        child = ((tree.parents[r] == at[:, None]) & (tree.positions[r] == c[:, None]) & (c[:, None] >= 0)
-                 & (tree.tokens[r] == c_tok[:, None]))
-        found = child.any(1)
-        node[r] = torch.where(found, child.to(torch.int8).argmax(1), at)
-        r = r[found]
-    return ScoreOutput(tok, conf, topk_p, topk_i, commit_pos)
-
-
-def _record_order(orders: torch.Tensor, slots: _Slots, acc_pos: torch.Tensor, n_acc: torch.Tensor):
-    """Write this pass's accepted positions into entries step .. step + n_acc - 1 of each row's block order."""
+def _record_order(orders: torch.Tensor, sequence, block_index, step, acc_pos: torch.Tensor, n_acc: torch.Tensor,
+                  n_blocks: int, block_size: int) -> None:
+    """Write this pass's accepted positions into entries step .. step + n_acc - 1 of each row's block order
+    (`orders` flat [batch * blocks * B + 1]; the entries past a row's commits go to the spare last one)."""
     n = acc_pos.shape[1]
-    at = slots.step[:, None] + torch.arange(n, device=acc_pos.device)
-    ok = torch.arange(n, device=acc_pos.device)[None] < n_acc[:, None]
-    r, c = torch.nonzero(ok, as_tuple=True)
-    orders[slots.sequence[r], slots.block_index[r], at[r, c]] = acc_pos[r, c]
+    c = torch.arange(n, device=acc_pos.device)[None]
+    at = ((sequence * n_blocks + block_index) * block_size)[:, None] + step[:, None] + c
+    orders.index_put_((torch.where(c < n_acc[:, None], at, orders.shape[0] - 1),), acc_pos)
 
 
 def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
@@ -464,9 +388,11 @@ def _check_orders(orders, prompts: int, max_new_tokens: int, block_size: int) ->
     if not isinstance(orders, torch.Tensor) or orders.dtype != torch.long:
         raise TypeError(f"orders: expected an int64 tensor (a standard run's GenerateOutput.orders), got "
                         f"{getattr(orders, 'dtype', type(orders).__name__)}")
-    if tuple(orders.shape) != (prompts, blocks, block_size):
-        raise ValueError(f"orders: expected shape {[prompts, blocks, block_size]} (prompts, blocks, block_size), got "
-                         f"{list(orders.shape)}")
+    # a block-aligned session (spot.families) decodes a prompt's partial last block first: one block more
+    if orders.dim() != 3 or orders.shape[0] != prompts or orders.shape[2] != block_size \
+            or orders.shape[1] not in (blocks, blocks + 1):
+        raise ValueError(f"orders: expected shape {[prompts, blocks, block_size]} (prompts, blocks, block_size; one "
+                         f"block more on a block-aligned target), got {list(orders.shape)}")
     if bool(((orders < -1) | (orders >= block_size)).any()):
         raise ValueError(f"orders: entries must be -1 or a block position in [0, {block_size})")
 

@@ -226,15 +226,11 @@ class LearnedDrafter:
             if stale.noise is None:
                 raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
             noise = stale.noise
-            steps = noise.root_step.to(dev)[node_row_d] + depth_d
-            # the frontier nodes of one sequence at one depth share their step: each distinct (sequence, step) is
-            # computed once (row-wise ops, so the same values as per node)
-            pairs, which = torch.unique(torch.stack((node_row_d, steps)), dim=1, return_inverse=True)
-            r, s = pairs if per_pass else (node_row_d, steps)
+            r = node_row_d
+            # per node (row-wise ops): no value-dependent shapes, so the round stays capturable (docs/round.md)
             resampled = resampled_confidence(stale.topk_probs.to(dev)[r], stale.topk_ids.to(dev)[r], noise.seed,
-                                             noise.rows.to(dev)[r], stale.block_start.to(dev)[r], s,
-                                             noise.temperature)
-            resampled = resampled[which] if per_pass else resampled
+                                             noise.rows.to(dev)[r], stale.block_start.to(dev)[r],
+                                             noise.root_step.to(dev)[r] + depth_d, noise.temperature)
         if not per_pass:
             top_ids = stale.topk_ids[node_row, :, 0].to(dev) if cfg.token_buckets else None
             logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),

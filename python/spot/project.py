@@ -6,8 +6,11 @@ once it is compute-bound every node costs its B tokens. Combined with the commit
 measured at each tree budget (`spot bench --json`, `bench/budget_curve.py --json`), this projects each method's
 tokens/s against `standard` (one node, one commit per pass) for a named model shape on a named GPU.
 
-What it leaves out (so a real GPU will do worse): drafting, scoring and verification time, kernel launch and
-host overheads, activation traffic, and efficiency below peak. `measure_pass_curve` times the real pass of a few
+What it leaves out (so a real GPU will do worse): drafting, scoring and verification time, activation traffic,
+and efficiency below peak. The decoder's launches are charged apart where the benchmark counted them
+(`dispatch_per_pass`, spot.dispatch_count): eager, every op outside the target's forward costs LAUNCH_US of host
+time; captured (CUDA graphs, docs/round.md), the round costs one GRAPH_REPLAY_US replay. Both constants are
+assumptions, labelled as such, until bench/gpu_check.sh measures them. `measure_pass_curve` times the real pass of a few
 layers of a model shape on a device (bench/gpu_bench.py runs it on a GPU), so the two can be set side by side.
 """
 
@@ -23,6 +26,14 @@ import torch
 from .loading import check_output_path
 
 LABEL = "projection (roofline), not a measurement"
+# Host time per eager PyTorch op on a GPU (dispatch and launch), and per CUDA-graph replay of a captured round.
+# Assumed, not measured here: a few microseconds per eager op is the usual figure (gpt-fast's write-up found eager
+# Llama-7B decoding CPU-overhead-bound on an A100, 25 -> 107 tokens/s with torch.compile and CUDA graphs); replace
+# them with bench/gpu_check.sh's measured microseconds per round when a GPU is lent.
+LAUNCH_US = 5.0
+GRAPH_REPLAY_US = 10.0
+LAUNCH_SOURCE = (f"assumed {LAUNCH_US:g} us per eager op, {GRAPH_REPLAY_US:g} us per captured round (not measured; "
+                 "bench/gpu_check.sh measures them)")
 BYTES_BF16 = 2
 
 
@@ -139,6 +150,8 @@ class Acceptance:
     first_passes: int  # the one-node first pass of each block (design.md §2.4 step 1)
     block_size: int
     source: str
+    decoder_ops: float | None = None  # ops per pass outside the target's forward (spot bench's dispatch_per_pass)
+    standard_ops: float | None = None  # the same for standard, from the same report
 
     @property
     def commits_per_pass(self) -> float:
@@ -157,11 +170,14 @@ def _blocks(settings: dict, passes: int) -> int:
     return min(blocks, passes)
 
 
-def _entry(method: str, budget: int, r: dict, settings: dict, source: str) -> Acceptance:
+def _entry(method: str, budget: int, r: dict, settings: dict, source: str, standard: dict | None = None
+           ) -> Acceptance:
     hist = {int(k): int(v) for k, v in r["commits_per_pass"].items()}
     passes = sum(hist.values())
+    ops = [None if d is None or "dispatch_per_pass" not in d else float(d["dispatch_per_pass"]["decoder"]["ops"])
+           for d in (r, standard)]
     return Acceptance(method, int(budget), sum(k * v for k, v in hist.items()), passes, _blocks(settings, passes),
-                      int(settings["block_size"]), source)
+                      int(settings["block_size"]), source, *ops)
 
 
 def load_acceptance(paths) -> list[Acceptance]:
@@ -188,7 +204,8 @@ def load_acceptance(paths) -> list[Acceptance]:
             for budget, methods in tables.items():
                 for method, r in methods.items():
                     if method != "standard":
-                        found[method, int(budget)] = _entry(method, budget, r, settings, src)
+                        found[method, int(budget)] = _entry(method, budget, r, settings, src,
+                                                            data["methods"].get("standard"))
         else:
             raise ValueError(f"{path}: neither a `spot bench --json` report nor a budget_curve.py JSON")
     if not found:
@@ -214,6 +231,14 @@ def speedup(acc: Acceptance, pass_time) -> float:
     return acc.commits * pass_time(1, 1) / decode_seconds(acc, pass_time)
 
 
+def speedup_with_overhead(acc: Acceptance, pass_time, own_s: float, standard_s: float) -> float:
+    """`speedup` with a fixed decoder cost per pass added: own_s to each of the method's passes, standard_s to
+    standard's."""
+    own = acc.first_passes * (pass_time(1, 1) + own_s) \
+        + (acc.passes - acc.first_passes) * (pass_time(acc.budget, acc.chain) + own_s)
+    return acc.commits * (pass_time(1, 1) + standard_s) / own
+
+
 def project(accs, shape: Shape, gpu: GPU, prefix: int = 1024, batch: int = 1, lm_head: str = "all",
             measured: dict[int, float] | None = None) -> list[dict]:
     """One row per (method, budget): commits per pass, roofline pass time and projected speed-up over standard;
@@ -236,6 +261,12 @@ def project(accs, shape: Shape, gpu: GPU, prefix: int = 1024, batch: int = 1, lm
                "bound": cost.bound(gpu), "speedup": speedup(a, roof),
                "tokens_per_second": batch * a.commits / decode_seconds(a, roof),
                "tokens_per_second_standard": batch / roof(1, 1)}
+        if a.decoder_ops is not None and a.standard_ops is not None:
+            row["decoder_ops"] = a.decoder_ops
+            row["decoder_launch_ms"] = a.decoder_ops * LAUNCH_US / 1e3
+            row["speedup_eager_launches"] = speedup_with_overhead(a, roof, a.decoder_ops * LAUNCH_US / 1e6,
+                                                                  a.standard_ops * LAUNCH_US / 1e6)
+            row["speedup_captured"] = speedup_with_overhead(a, roof, GRAPH_REPLAY_US / 1e6, GRAPH_REPLAY_US / 1e6)
         if measured:
             row["measured_pass_ms"] = 1e3 * interpolate(measured, a.budget)
             row["measured_speedup"] = speedup(a, lambda n, chain: interpolate(measured, n))
@@ -270,8 +301,11 @@ def format_table(rows: list[dict]) -> str:
     measured = "measured_speedup" in rows[0]
     head = (f"{'shape':<11} {'method':<11} {'budget':>6} {'commits/pass':>12} {'pass ms':>8} {'std ms':>7} "
             f"{'bound':<7} {'tok/s':>7} {'std tok/s':>9} {'speed-up':>8}")
+    launches = all("speedup_eager_launches" in r for r in rows)
     if measured:
         head += f" {'meas. ms':>9} {'meas. x':>8}"
+    if launches:
+        head += f" {'dec. ops':>8} {'launch ms':>9} {'eager x':>8} {'capt. x':>8}"
     lines = [f"{LABEL}: {rows[0]['gpu']}", head]
     for r in rows:
         line = (f"{r['shape']:<11} {r['method']:<11} {r['budget']:>6} {r['commits_per_pass']:>12.3f} "
@@ -279,7 +313,13 @@ def format_table(rows: list[dict]) -> str:
                 f"{r['tokens_per_second_standard']:>9.0f} {r['speedup']:>7.2f}x")
         if measured:
             line += f" {r['measured_pass_ms']:>9.3f} {r['measured_speedup']:>7.2f}x"
+        if launches:
+            line += (f" {r['decoder_ops']:>8.0f} {r['decoder_launch_ms']:>9.3f} {r['speedup_eager_launches']:>7.2f}x"
+                     f" {r['speedup_captured']:>7.2f}x")
         lines.append(line)
+    if launches:
+        lines.append(f"eager x / capt. x: the speed-up with the decoder's launches charged per pass, eager (its ops "
+                     f"outside the target's forward) or captured (one replay per round); {LAUNCH_SOURCE}")
     for shape in dict.fromkeys(r["shape"] for r in rows):
         for method, r in best([r for r in rows if r["shape"] == shape]).items():
             lines.append(f"best budget ({shape}, {method}): {r['budget']} -> {r['speedup']:.2f}x standard "

@@ -47,90 +47,137 @@ class Tree:
         return cls(block[:, None].clone(), none, none.clone(), none.clone(), torch.zeros_like(none))
 
 
+def tree_depths(budget: int, block_size: int) -> int:
+    """The depths a tree of `budget` nodes may reach in a block of `block_size` positions: its static depth count."""
+    return max(min(budget - 1, block_size), 0)
+
+
 @torch.no_grad()
 def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, *, budget: int,
               width: int, branch: int, seed: int, rows: torch.Tensor, temperature: float, mask_id: int,
-              backend: str = "auto", draft_rows: torch.Tensor | None = None, prune: bool = True) -> Tree:
-    """root int64 [b, B]; step int64 [b] (commits already in the root's block). Returns at most `budget` nodes.
+              backend: str = "auto", draft_rows: torch.Tensor | None = None, prune: bool = True,
+              static: bool = False) -> Tree:
+    """root int64 [b, B]; step int64 [b] (commits already in the root's block).
     draft_rows: bool [b], the rows to grow (default all); the others keep their root alone (a row at its block's
     first pass has no stale features of that block to draft from).
-    prune: call the drafter only on frontier nodes with a child that could still be kept (the same tree, for a
-    drafter whose rows do not depend on each other; False expands every frontier node)."""
+    prune: frontier nodes with no child that could still be kept get no children (the same tree, for a drafter
+    whose rows do not depend on each other; False expands every frontier node).
+    static: fixed shapes, no host synchronisation (the capturable round, docs/round.md): every one of the
+    `tree_depths(budget, B)` depths is grown, the drafter runs on every frontier node (pruned ones masked) and the
+    tree has exactly min(budget, pool) node slots, unused ones padding. Otherwise (the CPU default) the host
+    stops growing once the kept set can no longer change, calls the drafter on the open frontier nodes only and
+    trims the padding every row shares: a few host syncs per depth that save drafter work on a CPU. Both keep the
+    same nodes in the same order; the static tree only has more padding slots at the end."""
     b, B = root.shape
     dev = root.device
     # Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
     # at least as probable, and its descendants are no more probable and younger, so none of them could be kept.
     # Capping the width there changes no tree, only the drafter work spent on it.
     width = min(width, max(budget - 1, 1))
-    batch_idx = torch.arange(b, device=dev)
-    # The pool of all drafted nodes, index 0 = root.
-    states = root[:, None].clone()
-    logprob = torch.zeros(b, 1, dtype=stale.topk_probs.dtype, device=dev)
+    keep = budget - 1
+    lp_dtype = stale.topk_probs.dtype
+    logprob = torch.zeros(b, 1, dtype=lp_dtype, device=dev)
     if draft_rows is not None:  # a root of -inf path probability has no children worth keeping
         logprob = torch.where(draft_rows[:, None], logprob, float("-inf"))
-    parents = torch.full((b, 1), -1, dtype=torch.long, device=dev)
-    positions, tokens, depth = parents.clone(), parents.clone(), torch.zeros_like(parents)
-    frontier = torch.zeros(b, 1, dtype=torch.long, device=dev)
-    max_depth = min(budget - 1, int((root == mask_id).sum(1).max().item()) if b else 0)
-    for d in range(max_depth):
-        w = frontier.shape[1]
-        f_states = states.gather(1, frontier[..., None].expand(b, w, B))
-        f_logprob = logprob.gather(1, frontier)
-        node_row = batch_idx.repeat_interleave(w)
+    # the pool of drafted nodes, root first, depth after depth: per-depth pieces, concatenated once at the end
+    states, logprobs, parents, positions, tokens, depths = [root[:, None]], [logprob], [], [], [], []
+    f_states, f_logprob, frontier = root[:, None], logprob, None  # frontier [b, w] pool indices (None: the root)
+    best = None  # [b, <= keep] the most probable non-root path log-probabilities so far, descending
+    m, w = 1, 1  # pool size, frontier width
+    rows_of = _RowGather(stale, rows, step)
+    n_depths = tree_depths(budget, B)
+    if not static:  # no deeper node than a row's masked positions: fewer depths to try (one sync)
+        n_depths = min(n_depths, int((root == mask_id).sum(1).max()) if b else 0)
+    for d in range(n_depths):
+        node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
         # A frontier node is expanded only if one of its children could still be kept: fewer than budget - 1
         # nodes at least as probable as it (children are no more probable than it, and lose ties, being younger).
-        # The drafter sees only those rows; the others get no children, as before, so the tree is the same.
-        kth = logprob[:, 1:].topk(budget - 1, dim=1).values[:, -1:] if logprob.shape[1] > budget - 1 else \
-            logprob.new_full((b, 1), float("-inf"))
-        open_ = ((f_logprob > float("-inf")) & ((f_logprob > kth) | (not prune))).view(b * w)
-        node_masked = (f_states == mask_id).view(b * w, B) & open_[:, None]
-        n_open = int(open_.sum())  # one host sync for both cases below
-        if n_open == b * w:
-            scores = drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d))
+        open_ = f_logprob > float("-inf")
+        if prune and best is not None and best.shape[1] == keep:
+            open_ = open_ & (f_logprob > best[:, -1:])
+        node_masked = ((f_states == mask_id) & open_[..., None]).view(b * w, B)
+        depth = torch.full_like(node_row, d)
+        if static:
+            scores = drafter.position_logits(stale, node_masked, node_row, depth).to(lp_dtype)
         else:
-            scores = torch.full((b * w, B), float("-inf"), dtype=logprob.dtype, device=dev)
-            if n_open:
-                at = torch.nonzero(open_).flatten()
-                scores[at] = drafter.position_logits(stale, node_masked[at], node_row[at],
-                                                     torch.full_like(at, d)).to(scores.dtype)
+            scores = _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_.view(b * w), lp_dtype)
         c_pos, c_logprob, c_tok = spot_kernels.select_children(
-            scores.to(logprob.dtype), node_masked, f_logprob.reshape(-1), stale.topk_probs[node_row],
-            stale.topk_ids[node_row], seed, rows[node_row], stale.block_start[node_row], step[node_row] + d,
-            temperature, branch, backend=backend)
-        c_logprob = torch.where(c_tok >= 0, c_logprob, float("-inf"))
-        # Children's states: the frontier state with one more commit.
-        c_states = f_states.reshape(b * w, 1, B).repeat(1, branch, 1)
-        ok = c_pos >= 0
-        c_states.scatter_(2, c_pos.clamp_min(0)[..., None], torch.where(ok, c_tok, mask_id)[..., None])
-        c_states = torch.where(ok[..., None], c_states, f_states.reshape(b * w, 1, B))
-        m = states.shape[1]
-        states = torch.cat((states, c_states.view(b, w * branch, B)), 1)
-        logprob = torch.cat((logprob, c_logprob.view(b, -1)), 1)
-        parents = torch.cat((parents, frontier.repeat_interleave(branch, 1)), 1)
-        positions = torch.cat((positions, c_pos.view(b, -1)), 1)
-        tokens = torch.cat((tokens, c_tok.view(b, -1)), 1)
-        depth = torch.cat((depth, torch.full_like(c_pos.view(b, -1), d + 1)), 1)
+            scores, node_masked, f_logprob.reshape(-1), topk_probs, topk_ids, seed, node_rows, block_start,
+            node_step + d, temperature, branch, backend=backend)
+        ok = c_tok >= 0
+        c_logprob = torch.where(ok, c_logprob, float("-inf")).view(b, w * branch)
+        # Children's states: the frontier state with one more commit (c_tok >= 0 implies c_pos >= 0).
+        c_states = f_states.reshape(b * w, 1, B).expand(b * w, branch, B).scatter(
+            2, c_pos.clamp_min(0)[..., None], torch.where(ok, c_tok, mask_id)[..., None]).view(b, w * branch, B)
+        states.append(c_states)
+        logprobs.append(c_logprob)
+        parents.append(torch.zeros(b, w * branch, dtype=torch.long, device=dev) if frontier is None
+                       else frontier.repeat_interleave(branch, 1))
+        positions.append(c_pos.view(b, -1))
+        tokens.append(c_tok.view(b, -1))
+        depths.append((d + 1, w * branch))
         # Next frontier: the `width` most probable new children (stable sort: ties to the lower index).
-        order = torch.sort(-logprob[:, m:], dim=1, stable=True).indices[:, :width]
-        best_next = logprob[:, m:].gather(1, order).max(1).values  # no deeper node can beat this
-        if not bool((best_next > float("-inf")).any()):
-            break
-        frontier = order + m
-        # Stop when every row already holds budget - 1 nodes at least as probable as any deeper node could be
-        # (deeper nodes also lose ties, being younger): the kept set can no longer change.
-        if bool(((logprob[:, 1:] >= best_next[:, None]).sum(1) >= budget - 1).all()):
-            break
-    return _keep_best(states, logprob, parents, positions, tokens, depth, budget)
+        order = torch.sort(c_logprob, dim=1, descending=True, stable=True).indices[:, :width]
+        f_logprob = c_logprob.gather(1, order)
+        f_states = c_states.gather(1, order[..., None].expand(b, order.shape[1], B))
+        frontier, w = order + m, order.shape[1]
+        m += c_logprob.shape[1]
+        best = c_logprob if best is None else torch.cat((best, c_logprob), 1)
+        if best.shape[1] > keep:
+            best = best.topk(keep, dim=1).values  # sorted: the (budget - 1)-th largest is the last
+        if not static:
+            # Stop when no child is left, or every row already holds budget - 1 nodes at least as probable as any
+            # deeper node could be (deeper nodes also lose ties, being younger): the kept set can no longer change.
+            best_next = f_logprob[:, 0]
+            done = ~(best_next > float("-inf")).any() | ((best >= best_next[:, None]).sum(1) >= keep).all()
+            if bool(done):
+                break
+    depth = torch.cat([torch.zeros(b, 1, dtype=torch.long, device=dev)]
+                      + [torch.full((b, n), d, dtype=torch.long, device=dev) for d, n in depths], 1)
+    none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
+    return _keep_best(torch.cat(states, 1), torch.cat(logprobs, 1), torch.cat([none] + parents, 1),
+                      torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth, budget, static)
 
 
-def _keep_best(states, logprob, parents, positions, tokens, depth, budget) -> Tree:
+class _RowGather:
+    """Per-row inputs of select_children repeated for a frontier of `w` nodes per row (computed once per width)."""
+
+    def __init__(self, stale: StaleFeatures, rows: torch.Tensor, step: torch.Tensor):
+        self.stale, self.rows, self.step, self.cache = stale, rows, step, {}
+
+    def __call__(self, w: int):
+        if w not in self.cache:
+            b = len(self.rows)
+            node_row = torch.arange(b, device=self.rows.device).repeat_interleave(w)
+            s = self.stale
+            self.cache[w] = (node_row, s.topk_probs[node_row], s.topk_ids[node_row], self.rows[node_row],
+                             s.block_start[node_row], self.step[node_row])
+        return self.cache[w]
+
+
+def _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_, dtype) -> torch.Tensor:
+    """The drafter's logits on the open frontier nodes only (-inf elsewhere): the CPU path's saving, one sync."""
+    n_open = int(open_.sum())
+    if n_open == len(open_):
+        return drafter.position_logits(stale, node_masked, node_row, depth).to(dtype)
+    scores = torch.full(node_masked.shape, float("-inf"), dtype=dtype, device=node_masked.device)
+    if n_open:
+        at = torch.nonzero(open_).flatten()
+        scores[at] = drafter.position_logits(stale, node_masked[at], node_row[at], depth[at]).to(dtype)
+    return scores
+
+
+def _keep_best(states, logprob, parents, positions, tokens, depth, budget, static) -> Tree:
+    """The root and the budget - 1 most probable nodes (ties to the older), in pool order (parents before
+    children), padding after them: min(budget, pool) slots when `static`, else as many as the fullest row needs."""
     b, m, B = states.shape
     score = logprob.clone()
     score[:, 0] = float("inf")  # the root is always kept
-    order = torch.sort(-score, dim=1, stable=True).indices[:, :budget]
+    n_keep = min(budget, m)
+    order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :n_keep]  # ties: the older first
     keep = torch.zeros(b, m, dtype=torch.bool, device=states.device)
     keep.scatter_(1, order, score.gather(1, order) > float("-inf"))
-    n = int(keep.sum(1).max().item())
+    n = n_keep if static else int(keep.sum(1).max())
     # Kept nodes in pool order (parents before children), padded at the end.
     slot = torch.sort((~keep).to(torch.int8), dim=1, stable=True).indices[:, :n]
     valid = keep.gather(1, slot)

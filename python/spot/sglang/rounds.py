@@ -1,10 +1,11 @@
 """One SPOT round over a batch of SGLang requests: draft, ONE tree forward, score, verify (docs/serving.md).
 
-This is `spot.decode._one_pass`'s body, cut at the forward so that SGLang's scheduler, not a Python loop,
-drives the rounds: each request brings its block as the scheduler holds it and the state this module returned for
-it last round; the round returns the new block, whether the block is finished (its final tokens persisted by this
-round's forward) and the next state. The pieces are `spot.decode`'s own (`draft_tree`, `_score_all_nodes`,
-`_stale_features`) and `spot_kernels.verify_tree`; nothing of the algorithm is re-implemented here.
+This is the round of `spot.round` (the one `spot.generate` runs), cut at the forward so that SGLang's scheduler,
+not a Python loop, drives the rounds: each request brings its block as the scheduler holds it and the state this
+module returned for it last round; the round returns the new block, whether the block is finished (its final tokens
+persisted by this round's forward) and the next state. Drafting is `spot.round.draft`, scoring, verification and
+the stale features `spot.round.settle`, with the static (capturable) configuration; nothing of the algorithm is
+re-implemented here, only the per-request state SGLang carries between rounds.
 
 Pure torch + spot, no SGLang import: `spot.sglang.algorithm.Spot` wraps it for SGLang, and the tests drive it with
 a fake forward.
@@ -14,18 +15,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, fields
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
 
-import spot_kernels
 from spot_kernels import CONFIDENCE_KINDS
 
 from .. import limits
-from ..decode import _score_all_nodes, _stale_features, draft_tree
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
-from ..target import NodeLogits
+from ..round import RoundConfig, draft, settle
 from ..tree import WIDTH, Tree, tree_branch
 from .layout import active_nodes
 
@@ -101,7 +99,7 @@ class RequestState:
     rid: str
     row: int
     fixed: int  # positions fixed before the block's first forward (the prompt's tail)
-    stale: dict | None = None  # the deepest accepted node's outputs, STALE_FIELDS -> [B, ...] (decode._stale_features)
+    stale: dict | None = None  # the deepest accepted node's outputs, STALE_FIELDS -> [B, ...] (round.stale_features)
     stale_step: int = -1  # commit step the stale features were recorded at
     forwards: int = 0  # forwards spent on this block
     commits: list = field(default_factory=list)  # commits per forward on this block
@@ -164,9 +162,9 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
             groups.setdefault(temps[i], []).append(i)
     for t, idx in groups.items():
         ix = torch.tensor(idx, dtype=torch.long, device=dev)
-        run = _run(options, drafter, rows_t[ix], t, mask_id)
-        stale = _stack_stale([states[i].stale for i in idx], block_start[ix], run, step_t[ix])
-        tree = _put_tree(tree, ix, draft_tree(run, block[ix], step_t[ix], stale))
+        cfg = round_config(options, drafter, t, mask_id)
+        stale = _stack_stale([states[i].stale for i in idx], block_start[ix], cfg, rows_t[ix], step_t[ix])
+        tree = _put_tree(tree, ix, draft(cfg, drafter, block[ix], step_t[ix], rows_t[ix], stale))
     if broadcast is not None:
         tree = broadcast(tree)
     tree = cap_tree_tokens(tree, options.max_tree_tokens)
@@ -184,19 +182,13 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
             by_t.setdefault(temps[i], []).append(i)
     for t, idx in by_t.items():
         ix = torch.tensor(idx, dtype=torch.long, device=dev)
-        run = _run(options, drafter, rows_t[ix], t, mask_id)
+        cfg = round_config(options, drafter, t, mask_id)
         sub = Tree(*(getattr(tree, f.name)[ix] for f in fields(Tree)))
-        node_masked = sub.states == mask_id
-        scored = _score_all_nodes(run, NodeLogits(logits[ix]), node_masked, sub, block_start[ix], step_t[ix])
-        commit_tokens = torch.where(scored.commit_pos >= 0, scored.tokens.gather(
-            2, scored.commit_pos.clamp_min(0)[..., None]).squeeze(2), -1)
-        _, _, n_acc, blk, last = spot_kernels.verify_tree(sub.parents, sub.positions, sub.tokens,
-                                                          scored.commit_pos, commit_tokens, block[ix],
-                                                          backend=options.backend)
-        if bool((n_acc == 0).any()):
+        out = settle(cfg, sub, logits[ix], block[ix], step_t[ix], rows_t[ix], block_start[ix])
+        if bool((out.n_acc == 0).any()):
             raise RuntimeError("Spot: the target produced no valid commit (NaN or all -inf logits) for a masked block")
-        new_block[ix] = blk
-        stale = _stale_features(run, scored, node_masked, last, block_start[ix], 0, step_t[ix] + n_acc)
+        new_block[ix] = out.block
+        stale, n_acc = out.stale, out.n_acc
         n_acc = n_acc.tolist()
         for j, i in enumerate(idx):
             states[i].stale = {name: getattr(stale, name)[j] for name in STALE_FIELDS}
@@ -218,18 +210,18 @@ def cap_tree_tokens(tree: Tree, max_tokens: int) -> Tree:
     return Tree(*(getattr(tree, f.name)[:, :cap].contiguous() for f in fields(Tree)))
 
 
-def _run(options: SpotOptions, drafter, rows: torch.Tensor, temperature: float, mask_id: int) -> SimpleNamespace:
-    """The slice of `decode._Run` that `draft_tree`, `_score_all_nodes` and `_stale_features` read."""
-    return SimpleNamespace(target=SimpleNamespace(mask_id=mask_id), drafter=drafter, seed=options.seed, rows=rows,
-                           temperature=temperature, confidence=options.confidence, top_k=options.top_k,
-                           backend=options.backend, budget=options.budget, width=options.width,
-                           branch=tree_branch(drafter, options.branch))
+def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int) -> RoundConfig:
+    """The round's configuration for the requests of one temperature: static (fixed shapes, no host sync inside
+    the round), no end-of-sequence closing (SGLang decides when a request stops)."""
+    return RoundConfig(mask_id, options.seed, temperature, options.confidence, options.top_k, options.backend,
+                       options.budget, options.width, tree_branch(drafter, options.branch), eos_id=None, static=True)
 
 
-def _stack_stale(per_request: list, block_start: torch.Tensor, run, step: torch.Tensor) -> StaleFeatures:
+def _stack_stale(per_request: list, block_start: torch.Tensor, cfg: RoundConfig, rows: torch.Tensor,
+                 step: torch.Tensor) -> StaleFeatures:
     stacked = {name: torch.stack([s[name] for s in per_request]) for name in STALE_FIELDS}
-    return StaleFeatures(**stacked, block_start=block_start, block_index=0, confidence_kind=run.confidence,
-                         noise=NoiseCoordinates(run.seed, run.rows, step, run.temperature))
+    return StaleFeatures(**stacked, block_start=block_start, block_index=0, confidence_kind=cfg.confidence,
+                         noise=NoiseCoordinates(cfg.seed, rows, step, cfg.temperature))
 
 
 def _put_tree(tree: Tree, ix: torch.Tensor, sub: Tree) -> Tree:
