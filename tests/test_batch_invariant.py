@@ -26,6 +26,34 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (rea
 ROWS = (1, 3, 16, 17, 40)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def row_invariant_interpreter_dot():
+    """Under the interpreter, tl.dot is numpy's matmul, and OpenBLAS's float32 GEMM is not row-invariant on every
+    CPU: with OPENBLAS_CORETYPE=Haswell on an AMD EPYC, a row's result changes in the last bits (3.8e-6) with its
+    place in the tile. That is the emulated hardware's dot, not the kernels' tiling, which is what these tests
+    check; so the interpreter's dot becomes np.einsum without BLAS (the same float32 products, each output summed
+    in one fixed order whatever its row). On a GPU nothing is patched: the real MMA runs."""
+    if torch.cuda.is_available():
+        yield
+        return
+    import numpy as np
+    from triton.runtime import interpreter
+
+    original = interpreter.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.data.dtype.itemsize == 1 or b.data.dtype.itemsize == 1:  # fp8: the interpreter's own conversion
+            return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+        out = np.einsum("...mk,...kn->...mn", a.data, b.data, dtype=d.data.dtype, optimize=False)
+        return interpreter.TensorHandle(out + d.data, d.dtype.scalar)
+
+    interpreter.InterpreterBuilder.create_dot = create_dot
+    try:
+        yield
+    finally:
+        interpreter.InterpreterBuilder.create_dot = original
+
+
 @pytest.fixture(scope="module")
 def bi():
     from spot_kernels.triton import batch_invariant
