@@ -455,10 +455,12 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
 
 
 def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dtype=torch.float32, device="cpu",
-                  trust_remote_code=False, attn_implementation=None, auto_model: bool = False):
+                  trust_remote_code=False, attn_implementation=None, auto_model: bool = False,
+                  model_options: dict | None = None):
     """(model, tokenizer or None, mask id, eos id) of a checkpoint directory (`load_hf_target`'s docstring says how
     the ids are found). auto_model: load with AutoModel (Dream), else AutoModelForCausalLM unless the config's
-    auto_map maps only AutoModel; attn_implementation None: the model's own default."""
+    auto_map maps only AutoModel (or AutoModelForMaskedLM and no AutoModelForCausalLM: BD3-LM);
+    attn_implementation None: the model's own default; model_options: more from_pretrained keyword arguments."""
     import json
     from pathlib import Path
 
@@ -480,7 +482,11 @@ def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dt
         options["attn_implementation"] = attn_implementation
     auto_map = json.loads((directory / "config.json").read_text()).get("auto_map") or {}
     only_auto_model = trust_remote_code and "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map
+    masked_lm = trust_remote_code and "AutoModelForMaskedLM" in auto_map and "AutoModelForCausalLM" not in auto_map
     auto = transformers.AutoModel if auto_model or only_auto_model else transformers.AutoModelForCausalLM
+    if masked_lm and not auto_model:
+        auto = transformers.AutoModelForMaskedLM
+    options.update(model_options or {})
     model = auto.from_pretrained(directory, **options).to(device)
     config = model.config
     if mask_id is None and mask_token is not None:
