@@ -172,7 +172,7 @@ class HFTarget(Target):
                     "others (another version of the family's code?)")
         else:
             hint = ("SPOT's generic path needs a forward taking input_ids, a 4D attention_mask, position_ids and a "
-                    "transformers cache; family targets (spot.families) cover LLaDA, Dream, SDAR and LLaDA2")
+                    "transformers cache; family targets (spot.families) cover LLaDA, Dream, SDAR, LLaDA2 and BD3-LM")
         return f"{name}: the model's forward failed on SPOT's inputs ({type(error).__name__}: {error}); {hint}"
 
     def new_cache(self):
@@ -440,7 +440,7 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
                    attn_implementation: str | None = "sdpa") -> HFTarget:
     """The generic `HFTarget(layout, logits_shift)` from a local checkpoint directory (config.json, weights,
     tokenizer files). Nothing is downloaded; remote code runs only with `trust_remote_code=True`.
-    `spot.load_target(DIR)` gives a LLaDA, Dream, SDAR or LLaDA2 checkpoint its family target instead
+    `spot.load_target(DIR)` gives a LLaDA, Dream, SDAR, LLaDA2 or BD3-LM checkpoint its family target instead
     (spot.families).
 
     The mask id is `mask_id`, else the tokenizer's id of `mask_token`, else the tokenizer's or config's mask token
