@@ -121,6 +121,18 @@ def test_cli_generates_with_a_family_checkpoint(tmp_path, capsys):
     assert "standard" in out and "confidence" in out
 
 
+def test_cli_generates_with_a_bd3lm_checkpoint(tmp_path, capsys):
+    """No --attn-implementation (BD3-LM chooses its own); --block-size its config.block_size (the warm-up too)."""
+    from spot.cli import main
+
+    directory = ft.save_checkpoint("bd3lm", tmp_path / "bd3lm", block_size=8)
+    assert main(["generate", "--target", str(directory), "--trust-remote-code", "--mask-id", str(ft.MASK_ID),
+                 "--dtype", "float64", "--prompt-len", "6", "--methods", "standard,confidence", "--max-new-tokens",
+                 "16", "--block-size", "8", "--budget", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "standard" in out and "confidence" in out
+
+
 def test_family_of_reads_model_type_architectures_and_auto_map():
     assert family_of({"model_type": "llada"}) == "llada"
     assert family_of({"model_type": "llada2_moe"}) == "llada2"
