@@ -164,10 +164,10 @@ def test_bd3lm_loads_from_a_directory_with_auto_map(tmp_path):
 
 @pytest.mark.parametrize("block_size", [4, 8])
 def test_bd3lm_standard_equals_its_forward_driven_decode(block_size):
-    """Prompt lengths 4, 8, 5 and 11: multiples of the block and not (the prompt's partial last block is decoded
+    """Prompt lengths 4, 8, 5, 11 and 0: multiples of the block and not (the prompt's partial last block is decoded
     with the first generated tokens, blocks at absolute positions)."""
     t = bd3lm_target(block_size)
-    for prompt in ft.PROMPTS:
+    for prompt in ft.PROMPTS + [[]]:
         want = ft.bd3lm_generate(t.model, prompt, 16)
         got = spot.generate(t, [prompt], "standard", max_new_tokens=16, block_size=block_size, eos_id=None)
         assert got.tokens[0] == want, len(prompt)

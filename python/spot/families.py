@@ -333,7 +333,8 @@ class BD3LMSession(Session):
         for length in sorted({len(p) for p in prompts}):
             rows = [i for i, p in enumerate(prompts) if len(p) == length]
             whole = torch.tensor([prompts[i][:length // B * B] for i in rows], dtype=torch.long, device=dev)
-            self.groups.append((torch.tensor(rows, dtype=torch.long, device=dev), whole.reshape(len(rows), -1)))
+            whole = whole.view(len(rows), length // B * B)  # an empty prompt too
+            self.groups.append((torch.tensor(rows, dtype=torch.long, device=dev), whole))
         head = torch.full((self.batch, B), target.mask_id, dtype=torch.long)
         for i, p in enumerate(prompts):
             if self.prompt_head[i]:
