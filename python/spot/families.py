@@ -252,8 +252,8 @@ class BD3LMTarget(Target):
             if backbone is None or not hasattr(config, name):
                 raise ValueError(f"model: expected BD3-LM (a `backbone` and config.{name}), got {type(model).__name__}")
         if not config.cross_attn:
-            raise ValueError("model: config.cross_attn is False, so its attention is not block-causal; decode it with "
-                             "spot.HFTarget-like bidirectional semantics, not the bd3lm family target")
+            raise ValueError("model: config.cross_attn is False: its sampling forward then attends over the whole "
+                             "sequence with no block mask, which this target does not model")
         if config.time_conditioning:
             raise ValueError("model: config.time_conditioning is True: its logits depend on the noise level its "
                              "sampler passes, which one-commit-per-pass decoding has no value for")
