@@ -15,9 +15,12 @@ own one-commit-per-step sampler. docs/integrations.md records how each was check
   converter builds, a 4D mask is used as given (bool, or additive floats); under eager no mask or a 2D one is
   token-causal, and a 4D mask is read as 1.0 = attend (transformers' 4D converter: (1 - mask) filled with the
   dtype's minimum where non-zero; a bool 4D mask is a NotImplementedError).
-- BD3-LM: forward(input_ids, timesteps, sample_mode, store_kv) and a config without num_hidden_layers.
+- BD3-LM: forward(input_ids, timesteps, sample_mode, store_kv) (the `BD3LM` docstring: block-causal attention in
+  blocks of config.block_size from position 0, positions 0..L-1, its in-model `kv_cache` protocol, timesteps
+  ignored without time conditioning, a float32 timestep embedding) and a config without num_hidden_layers.
 
-Every stand-in puts -inf on the mask token's logit, as a trained checkpoint effectively does.
+Every stand-in but BD3-LM's puts -inf on the mask token's logit, as a trained checkpoint effectively does (BD3-LM's
+sampler lowers it by 1e6 itself, which its family target reproduces).
 
 This file is also the remote code of the checkpoint directories the loading tests write (config.json's auto_map
 names its classes), so it imports nothing from the tests.
@@ -28,7 +31,7 @@ import math
 import torch
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_outputs import CausalLMOutputWithPast, MaskedLMOutput
 
 VOCAB, MASK_ID, EOS_ID = 64, 63, 2
 PROMPTS = [[5, 9, 14, 20], [7, 8, 10, 11, 12, 13, 40, 41], [3, 50, 60, 17, 11], [4, 6, 9, 30, 31, 32, 33, 34, 35, 36,
@@ -235,24 +238,120 @@ class LLaDA2MoeModelLM(TinyPreTrained):
 
 
 class BD3LMConfig(PretrainedConfig):
+    """BD3-LM's config names: no num_hidden_layers / hidden_size (hence the generic path's AttributeError)."""
     model_type = "bd3lm"
 
-    def __init__(self, vocab_size=VOCAB, hidden_dim=32, n_blocks=2, **kwargs):
-        self.vocab_size, self.hidden_dim, self.n_blocks = vocab_size, hidden_dim, n_blocks
+    def __init__(self, block_size=4, vocab_size=VOCAB, model_length=64, hidden_dim=32, cond_dim=16, n_blocks=2,
+                 n_heads=4, cross_attn=True, adaln=True, attn_backend="sdpa", time_conditioning=False, **kwargs):
+        self.block_size, self.vocab_size, self.model_length = block_size, vocab_size, model_length
+        self.hidden_dim, self.cond_dim, self.n_blocks, self.n_heads = hidden_dim, cond_dim, n_blocks, n_heads
+        self.cross_attn, self.adaln, self.attn_backend = cross_attn, adaln, attn_backend
+        self.time_conditioning = time_conditioning
         super().__init__(**kwargs)
 
 
+class BD3LMLayer(nn.Module):
+    """One attention + MLP layer modulated by the conditioning vector; holds BD3-LM's in-model cache protocol:
+    `kv_cache` [batch, model_length, 3 * dim] of un-rotated q/k/v (None: no cache) and `cache_idx`."""
+
+    def __init__(self, dim, cond_dim):
+        super().__init__()
+        self.qkv, self.o = nn.Linear(dim, 3 * dim, bias=False), nn.Linear(dim, dim, bias=False)
+        self.up, self.down = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+        self.adaLN_modulation = nn.Linear(cond_dim, 2 * dim)
+        self.kv_cache, self.cache_idx = None, 0
+
+
+class BD3LMBackbone(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        D, V = config.hidden_dim, config.vocab_size
+        self.embed = nn.Parameter(torch.zeros(V, D))
+        self.sigma_map = nn.Sequential(nn.Linear(16, config.cond_dim), nn.SiLU(), nn.Linear(config.cond_dim,
+                                                                                          config.cond_dim))
+        self.blocks = nn.ModuleList(BD3LMLayer(D, config.cond_dim) for _ in range(config.n_blocks))
+        self.out = nn.Linear(D, V)
+
+
 class BD3LM(PreTrainedModel):
+    """BD3-LM's sampling forward (sample_mode=True). Without a cache: block-causal attention over blocks of
+    config.block_size counted from position 0 (a token sees its own block and every earlier one), positions 0..L-1.
+    With each layer's `kv_cache` set (`reset_kv_cache`): the call is one block, its q/k/v written at `cache_idx`, it
+    attends to the cache up to its end with no mask, positions 0..cache_idx + B - 1; store_kv=True then advances
+    `cache_idx` by a block. timesteps are zeroed unless config.time_conditioning; their sinusoidal embedding is
+    computed in float32 whatever the model's dtype (so a float64 model needs its conditioning path in float32).
+    The logits are finite: the mask token is not suppressed (BD3-LM's sampler does that)."""
+
     config_class = BD3LMConfig
+    base_model_prefix = "bd3lm"
+    _tied_weights_keys = []
 
     def __init__(self, config):
         super().__init__(config)
-        self.embed = nn.Embedding(config.vocab_size, config.hidden_dim)
-        self.head = nn.Linear(config.hidden_dim, config.vocab_size)
+        self.backbone = BD3LMBackbone(config)
         self.post_init()
 
-    def forward(self, input_ids, timesteps, sample_mode=False, store_kv=False):
-        return self.head(self.embed(input_ids))
+    def _init_weights(self, module):
+        pass  # `randomize` sets every weight
+
+    def randomize(self, seed: int = 0, head_scale: float = 4.0):
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype) * 0.3)
+            self.backbone.out.weight.mul_(head_scale)
+        return self
+
+    def reset_kv_cache(self, eval_batch_size=1):
+        cfg = self.config
+        for layer in self.backbone.blocks:
+            layer.kv_cache = torch.zeros(eval_batch_size, cfg.model_length, 3 * cfg.hidden_dim, dtype=self.dtype)
+            layer.cache_idx = 0
+
+    def forward(self, input_ids=None, timesteps=None, sample_mode=None, store_kv=None, output_hidden_states=None,
+                return_dict=None):
+        if not sample_mode:
+            raise NotImplementedError("this stand-in has BD3-LM's sampling forward only (sample_mode=True)")
+        cfg, bb = self.config, self.backbone
+        b, q = input_ids.shape
+        H, D = cfg.n_heads, cfg.hidden_dim
+        d = D // H
+        sigma = timesteps if cfg.time_conditioning else torch.zeros_like(timesteps)
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(8, dtype=torch.float32) / 8)
+        angle = sigma[:, None].float() * freqs[None]
+        c = torch.nn.functional.silu(bb.sigma_map(torch.cat((angle.cos(), angle.sin()), -1)))  # float32 in
+        cached = bb.blocks[0].kv_cache is not None
+        if cached:
+            if q != cfg.block_size:
+                raise ValueError("with a KV cache the call is one block")
+            start = bb.blocks[0].cache_idx
+            positions = torch.arange(start + q)[None].expand(b, -1)
+            visible = None
+        else:
+            positions = torch.arange(q)[None].expand(b, -1)
+            block = torch.arange(q) // cfg.block_size
+            visible = (block[None, :] <= block[:, None])[None, None]
+        x = bb.embed[input_ids]
+        for layer in bb.blocks:
+            shift, scale = layer.adaLN_modulation(c)[:, None].chunk(2, -1)
+            h = _rms(x) * (1 + scale) + shift
+            qkv = layer.qkv(h)
+            if cached:
+                layer.kv_cache[:, layer.cache_idx:layer.cache_idx + q] = qkv
+                qkv = layer.kv_cache[:, :layer.cache_idx + q].clone()
+                if store_kv:
+                    layer.cache_idx += q
+            k_len = qkv.shape[1]
+            qkv = qkv.view(b, k_len, 3, H, d).permute(2, 0, 3, 1, 4)
+            qs, ks, vs = _rope(qkv[0], positions), _rope(qkv[1], positions), qkv[2]
+            scores = qs @ ks.transpose(-1, -2) / math.sqrt(d)
+            if visible is not None:
+                scores = scores.masked_fill(~visible, -math.inf)
+            att = (torch.softmax(scores, -1) @ vs).transpose(1, 2).reshape(b, k_len, D)[:, -q:]
+            x = x + layer.o(att)
+            x = x + layer.down(torch.nn.functional.gelu(layer.up(_rms(x))))
+        logits = bb.out(_rms(x))
+        return MaskedLMOutput(logits=logits) if return_dict is not False else logits
 
 
 # ---------------------------------------------------------------------------------------------- own samplers
@@ -331,8 +430,41 @@ def block_aligned_generate(model, prompt, gen_length: int, block_length: int, ma
     return x[0, P:P + gen_length].tolist()
 
 
-def model(family: str, seed: int = 0, attn: str = "sdpa", dtype=torch.float64):
-    """A tiny random stand-in of `family` ("llada", "dream", "sdar", "llada2")."""
+def bd3lm_generate(model, prompt, gen_length: int, mask_id: int = MASK_ID):
+    """One commit per forward, T = 0, on BD3-LM's sampling forward without a cache (its sampler's kv_cache=False
+    path: the window up to the current block), blocks of config.block_size at absolute positions, the mask token's
+    logit lowered by 1e6 (its sampler's parameterization), the most confident masked position committed."""
+    B, P = model.config.block_size, len(prompt)
+    n_blocks = -(-(P + gen_length) // B)
+    x = torch.full((1, n_blocks * B), mask_id, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    for k in range(P // B, n_blocks):
+        lo, hi = k * B, (k + 1) * B
+        while bool((x[0, lo:hi] == mask_id).any()):
+            with torch.no_grad():
+                logits = model(input_ids=x[:, :hi], timesteps=torch.zeros(1), sample_mode=True).logits[0, lo:]
+            logits[:, mask_id] -= 1e6
+            token, conf = _greedy(logits)
+            conf[x[0, lo:hi] != mask_id] = -math.inf
+            pos = int(conf.argmax())
+            x[0, lo + pos] = token[pos]
+    return x[0, P:P + gen_length].tolist()
+
+
+def bd3lm_float32_conditioning(m):
+    """The stand-in's conditioning path (timestep MLP, adaLN) in float32, as its float32 timestep embedding needs."""
+    m.backbone.sigma_map.float()
+    for layer in m.backbone.blocks:
+        layer.adaLN_modulation.float()
+    return m
+
+
+def model(family: str, seed: int = 0, attn: str = "sdpa", dtype=torch.float64, block_size: int = 4):
+    """A tiny random stand-in of `family` ("llada", "dream", "sdar", "llada2", "bd3lm": of `block_size`; its
+    conditioning path stays float32)."""
+    if family == "bd3lm":
+        m = BD3LM(BD3LMConfig(block_size=block_size)).to(dtype).randomize(seed).eval()
+        return bd3lm_float32_conditioning(m) if dtype != torch.float32 else m
     cls, config = {"llada": (LLaDAModelLM, LLaDAConfig), "dream": (DreamModel, DreamConfig),
                    "sdar": (SDARForCausalLM, SDARConfig), "llada2": (LLaDA2MoeModelLM, LLaDA2Config)}[family]
     cfg = config()
@@ -343,10 +475,11 @@ def model(family: str, seed: int = 0, attn: str = "sdpa", dtype=torch.float64):
 AUTO_MAP = {"llada": ("LLaDAConfig", "LLaDAModelLM", "AutoModelForCausalLM"),
             "dream": ("DreamConfig", "DreamModel", "AutoModel"),
             "sdar": ("SDARConfig", "SDARForCausalLM", "AutoModelForCausalLM"),
-            "llada2": ("LLaDA2Config", "LLaDA2MoeModelLM", "AutoModelForCausalLM")}
+            "llada2": ("LLaDA2Config", "LLaDA2MoeModelLM", "AutoModelForCausalLM"),
+            "bd3lm": ("BD3LMConfig", "BD3LM", "AutoModelForMaskedLM")}
 
 
-def save_checkpoint(family: str, directory, seed: int = 0):
+def save_checkpoint(family: str, directory, seed: int = 0, **options):
     """A checkpoint directory laid out as the family ships it: config.json with its auto_map naming this file as
     the remote code, the code file beside it, safetensors weights."""
     import json
@@ -354,7 +487,7 @@ def save_checkpoint(family: str, directory, seed: int = 0):
     from pathlib import Path
 
     directory = Path(directory)
-    m = model(family, seed)
+    m = model(family, seed, **options)
     m.save_pretrained(directory, safe_serialization=True)
     shutil.copy(Path(__file__), directory / "families_tiny.py")
     config_name, model_name, auto = AUTO_MAP[family]

@@ -11,8 +11,8 @@ pytest.importorskip("transformers")
 import families_tiny as ft  # noqa: E402
 import hf_tiny  # noqa: E402
 import spot  # noqa: E402
-from spot.families import (AlignedBlockSession, BlockAlignedTarget, DreamTarget, LLaDA2Target, LLaDATarget,  # noqa: E402
-                           SDARTarget, family_of, family_target)
+from spot.families import (AlignedBlockSession, BD3LMTarget, BlockAlignedTarget, DreamTarget, LLaDA2Target,  # noqa: E402
+                           LLaDATarget, SDARTarget, family_of, family_target)
 from spot.hf import HFTarget, IncompatibleModelError, SelfCheckError  # noqa: E402
 from spot.order_model import LearnedDrafter, OrderModel, OrderModelConfig  # noqa: E402
 
@@ -121,6 +121,18 @@ def test_cli_generates_with_a_family_checkpoint(tmp_path, capsys):
     assert "standard" in out and "confidence" in out
 
 
+def test_cli_generates_with_a_bd3lm_checkpoint(tmp_path, capsys):
+    """No --attn-implementation (BD3-LM chooses its own); --block-size its config.block_size (the warm-up too)."""
+    from spot.cli import main
+
+    directory = ft.save_checkpoint("bd3lm", tmp_path / "bd3lm", block_size=8)
+    assert main(["generate", "--target", str(directory), "--trust-remote-code", "--mask-id", str(ft.MASK_ID),
+                 "--dtype", "float64", "--prompt-len", "6", "--methods", "standard,confidence", "--max-new-tokens",
+                 "16", "--block-size", "8", "--budget", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "standard" in out and "confidence" in out
+
+
 def test_family_of_reads_model_type_architectures_and_auto_map():
     assert family_of({"model_type": "llada"}) == "llada"
     assert family_of({"model_type": "llada2_moe"}) == "llada2"
@@ -133,17 +145,85 @@ def test_family_of_reads_model_type_architectures_and_auto_map():
         family_target("gpt", ft.model("sdar"), mask_id=ft.MASK_ID)
 
 
-def test_bd3lm_is_refused_by_name(tmp_path):
-    model = ft.BD3LM(ft.BD3LMConfig()).double()
-    with pytest.raises(NotImplementedError, match="BD3-LM"):
-        family_target("bd3lm", model, mask_id=ft.MASK_ID)
-    model.save_pretrained(tmp_path)
-    with pytest.raises(NotImplementedError, match="timesteps"):
-        spot.load_target(str(tmp_path), mask_id=ft.MASK_ID)
+def bd3lm_target(block_size, seed=0):
+    return family_target("bd3lm", ft.model("bd3lm", seed, block_size=block_size), mask_id=ft.MASK_ID,
+                         eos_id=ft.EOS_ID)
+
+
+def test_bd3lm_loads_from_a_directory_with_auto_map(tmp_path):
+    """config.json's auto_map names AutoModelForMaskedLM (as BD3-LM's checkpoints do); the family is read from it."""
+    ft.save_checkpoint("bd3lm", tmp_path, block_size=4)
+    t = spot.load_target(str(tmp_path), trust_remote_code=True, mask_id=ft.MASK_ID, dtype=torch.float64)
+    assert isinstance(t, BD3LMTarget) and t.block_size == 4
+    prompt = ft.PROMPTS[2]
+    out = spot.generate(t, [prompt], "standard", max_new_tokens=8, block_size=4, eos_id=None)
+    assert out.tokens[0] == ft.bd3lm_generate(t.model, prompt, 8)
+    with pytest.raises(ValueError, match="attn_implementation"):
+        spot.load_target(str(tmp_path), trust_remote_code=True, mask_id=ft.MASK_ID, attn_implementation="sdpa")
+
+
+@pytest.mark.parametrize("block_size", [4, 8])
+def test_bd3lm_standard_equals_its_forward_driven_decode(block_size):
+    """Prompt lengths 4, 8, 5, 11 and 0: multiples of the block and not (the prompt's partial last block is decoded
+    with the first generated tokens, blocks at absolute positions)."""
+    t = bd3lm_target(block_size)
+    for prompt in ft.PROMPTS + [[]]:
+        want = ft.bd3lm_generate(t.model, prompt, 16)
+        got = spot.generate(t, [prompt], "standard", max_new_tokens=16, block_size=block_size, eos_id=None)
+        assert got.tokens[0] == want, len(prompt)
+    batched = spot.generate(t, ft.PROMPTS, "standard", max_new_tokens=16, block_size=block_size, eos_id=None)
+    assert batched.tokens == [ft.bd3lm_generate(t.model, p, 16) for p in ft.PROMPTS]  # one call per length
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("block_size", [4, 8])
+def test_bd3lm_spot_and_confidence_equal_standard(block_size, temperature):
+    t = bd3lm_target(block_size)
+    s = dict(max_new_tokens=16, block_size=block_size, temperature=temperature, eos_id=None, budget=8)
+    ref = spot.generate(t, ft.PROMPTS, "standard", **s)
+    drafted = 0
+    for method in ("confidence", "spot"):
+        out = spot.generate(t, ft.PROMPTS, method, drafter=portable_drafter(), **s)
+        assert out.tokens == ref.tokens, method
+        assert out.stats.target_passes <= ref.stats.target_passes
+        drafted += sum((n - 1) * c for n, c in out.stats.commits_per_pass.items() if n > 1)
+    assert drafted > 0
+
+
+def test_bd3lm_pass_equals_its_cache_protocol():
+    """A pass without the model's cache gives the logits of its cached protocol (whole blocks stored with
+    store_kv=True, the last block scored over the cache), the mask token's logit aside."""
+    t = bd3lm_target(4)
+    seq = torch.tensor([[5, 9, 14, 20, 7, 8, 10, 11, 3, ft.MASK_ID, 60, ft.MASK_ID]])
+    mine = t.forward(seq)[:, -4:]
+    t.model.reset_kv_cache()
+    with torch.no_grad():
+        for k in range(2):
+            t.model(input_ids=seq[:, 4 * k:4 * k + 4], timesteps=torch.zeros(1), sample_mode=True, store_kv=True)
+        theirs = t.model(input_ids=seq[:, 8:], timesteps=torch.zeros(1), sample_mode=True).logits
+    keep = torch.arange(ft.VOCAB) != ft.MASK_ID
+    torch.testing.assert_close(mine[..., keep], theirs[..., keep], rtol=1e-10, atol=1e-10)
+    assert bool((mine[..., ft.MASK_ID] < theirs[..., ft.MASK_ID] - 1e5).all())
+    with pytest.raises(ValueError, match="KV cache"):  # the cache is still set
+        t.forward(seq)
+
+
+def test_bd3lm_refusals():
+    t = bd3lm_target(4)
+    with pytest.raises(ValueError, match="block_size"):
+        spot.generate(t, [[5, 6]], "standard", max_new_tokens=8, block_size=8)
+    with pytest.raises(ValueError, match="model_length"):
+        spot.generate(t, [[5, 6]], "standard", max_new_tokens=64, block_size=4)
+    m = ft.model("bd3lm")
+    m.config.time_conditioning = True
+    with pytest.raises(ValueError, match="time_conditioning"):
+        family_target("bd3lm", m, mask_id=ft.MASK_ID)
+    with pytest.raises(ValueError, match="float32"):
+        family_target("bd3lm", ft.BD3LM(ft.BD3LMConfig()).double(), mask_id=ft.MASK_ID)
     # the generic path dies inside the model's config or forward: a named error that points at the family
-    t = HFTarget(model, "block_causal", mask_id=ft.MASK_ID, self_check=False)
+    g = HFTarget(ft.model("bd3lm"), "block_causal", mask_id=ft.MASK_ID, self_check=False)
     with pytest.raises(IncompatibleModelError, match="bd3lm"):
-        spot.generate(t, [[5, 6]], "standard", max_new_tokens=4, block_size=4)
+        spot.generate(g, [[5, 6]], "standard", max_new_tokens=4, block_size=4)
 
 
 # ---------------------------------------------------------------------------------------------- the self-check

@@ -52,7 +52,35 @@ CONFIGS = {
 }
 
 
+# BD3-LM (kuleshov-group/bd3lms models/hf/, its src/bd3lm/): ckpt/bd3lm4 and ckpt/bd3lm8, one per block size
+BD3LM = dict(architectures=["BD3LM"], model_type="bd3lm",
+             auto_map={"AutoConfig": "configuration_bd3lm.BD3LMConfig", "AutoModelForMaskedLM": "modeling_bd3lm.BD3LM"},
+             vocab_size=VOCAB, model_length=64, cross_attn=True, adaln=True, attn_backend="sdpa", causal=False,
+             hidden_dim=32, cond_dim=16, n_blocks=2, n_heads=4, dropout=0.0, time_conditioning=False, var_min=True,
+             torch_dtype="float64")
+
+
+def build_bd3lm(block_size, seed=0):
+    out = ROOT / "ckpt" / f"bd3lm{block_size}"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for f in ("configuration_bd3lm.py", "modeling_bd3lm.py"):
+        shutil.copy(ROOT / "src" / "bd3lm" / f, out / f)
+    (out / "config.json").write_text(json.dumps({**BD3LM, "block_size": block_size}, indent=1))
+    cfg = transformers.AutoConfig.from_pretrained(out, trust_remote_code=True)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForMaskedLM.from_config(cfg, trust_remote_code=True, torch_dtype=torch.float64)
+    with torch.no_grad():
+        for p in model.parameters():  # random, adaLN and the output layer included (the family zero-inits them)
+            p.normal_(0, 0.2) if p.dim() > 1 else p.add_(torch.randn_like(p) * 0.05)
+        model.backbone.output_layer.linear.weight.mul_(20.0)  # peaked predictions
+    model.save_pretrained(out, safe_serialization=True)
+    print(out.name, sorted(p.name for p in out.iterdir()))
+
+
 def build(family, seed=0, scale=30.0):
+    if family.startswith("bd3lm"):
+        return build_bd3lm(int(family[5:]), seed)
     spec = CONFIGS[family]
     out = ROOT / "ckpt" / family
     shutil.rmtree(out, ignore_errors=True)
@@ -75,5 +103,5 @@ def build(family, seed=0, scale=30.0):
 
 
 if __name__ == "__main__":
-    for fam in sys.argv[1:] or CONFIGS:
+    for fam in sys.argv[1:] or (*CONFIGS, "bd3lm4", "bd3lm8"):
         build(fam)

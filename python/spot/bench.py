@@ -24,8 +24,10 @@ def random_prompts(vocab_size: int, count: int, length: int, seed: int, low: int
 
 
 def warm_up(target, prompt: list[int]) -> None:
-    """One tiny decode, so one-time costs (lazy imports, kernel compiles) are not charged to the first method."""
-    generate(target, [prompt], "confidence", max_new_tokens=2, block_size=2)
+    """One tiny decode, so one-time costs (lazy imports, kernel compiles) are not charged to the first method. A
+    target whose attention fixes the block size (BD3-LM's `block_size`) is warmed up with one block of it."""
+    block = getattr(target, "block_size", None) or 2
+    generate(target, [prompt], "confidence", max_new_tokens=block, block_size=block)
 
 
 def decode_all(target, prompts: list[list[int]], method: str, *, batch_size: int = 1, drafter=None,

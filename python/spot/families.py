@@ -10,8 +10,11 @@ protocol (docs/integrations.md, "Family targets"). `spot.hf.HFTarget` stays the 
   earlier block), blocks aligned to absolute positions: the prompt's partial last block is decoded together with
   the first generated tokens (`Session.prompt_head`). Committed blocks are written to the KV cache with
   `store_kv=True`, SDAR's protocol (LLaDA2's forward takes the same flag); node copies are cropped after the pass.
-- "bd3lm": recognised, not decodable yet (its forward takes (input_ids, timesteps, sample_mode, store_kv) and keeps
-  its own cache; docs/integrations.md says what is missing).
+- "bd3lm" (BD3-LM): block-causal attention over blocks of `config.block_size` at absolute positions, driven through
+  its own sampling forward `(input_ids, timesteps, sample_mode=True)` without its in-model KV cache (the path its
+  sampler takes with `sampling.kv_cache=False`, its default): a pass runs, per node, the row's committed tokens and
+  the node's block, positions 0..L-1. Unpadded rows only (that forward takes no mask), so prompts of different
+  lengths go in separate calls. The mask token's logit is lowered by 1e6, as its sampler's parameterization does.
 
 The family is read from config.json (`model_type`, `architectures`, `auto_map`) or named with `family=`.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from .hf import FAMILIES, BidirectionalSession, HFTarget, _first, _LeftPadded, _crop, family_of, load_hf_parts
-from .target import Session
+from .target import Session, Target
 
 # ------------------------------------------------------------------------------------------ LLaDA and Dream
 
@@ -229,31 +232,172 @@ class AlignedBlockSession(_LeftPadded):
         self.blocks_done += 1
 
 
+# ------------------------------------------------------------------------------------------ BD3-LM
+
+
+class BD3LMTarget(Target):
+    """BD3-LM (kuleshov-group/bd3lms `models/hf/modeling_bd3lm.py`) through its sampling forward (module docstring).
+
+    Cost: no cache is kept, so each pass recomputes the committed prefix once per node (N x (prefix + B) tokens
+    per row); its in-model cache holds one sequence per batch row and cannot hold N node copies."""
+
+    family = "bd3lm"
+    # the sampler's subs parameterization: the mask token's log-probability is lowered by 1e6 (finite)
+    MASK_PENALTY = 1e6
+
+    def __init__(self, model, *, mask_id: int, eos_id: int | None = None, tokenizer=None):
+        config = getattr(model, "config", None)
+        backbone = getattr(model, "backbone", None)
+        for name in ("block_size", "model_length", "vocab_size", "cross_attn", "time_conditioning", "attn_backend"):
+            if backbone is None or not hasattr(config, name):
+                raise ValueError(f"model: expected BD3-LM (a `backbone` and config.{name}), got {type(model).__name__}")
+        if not config.cross_attn:
+            raise ValueError("model: config.cross_attn is False: its sampling forward then attends over the whole "
+                             "sequence with no block mask, which this target does not model")
+        if config.time_conditioning:
+            raise ValueError("model: config.time_conditioning is True: its logits depend on the noise level its "
+                             "sampler passes, which one-commit-per-pass decoding has no value for")
+        if config.attn_backend != "sdpa":
+            raise ValueError(f"model: config.attn_backend is {config.attn_backend!r}; BD3-LM samples only with "
+                             "'sdpa' (load it with attn_backend='sdpa', as spot.load_target does)")
+        sigma_map = getattr(backbone, "sigma_map", None)
+        if sigma_map is not None and next(sigma_map.parameters()).dtype != torch.float32:
+            raise ValueError("model: BD3-LM's timestep embedding is computed in float32 whatever the model's dtype; "
+                             "apply spot.families.float32_conditioning(model) first (spot.load_target does)")
+        self.model = model.eval()
+        self.block_size, self.model_length = int(config.block_size), int(config.model_length)
+        self.vocab_size = int(config.vocab_size)
+        for name, value in (("mask_id", mask_id), ("eos_id", eos_id)):
+            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
+                raise ValueError(f"{name}: expected a token id in [0, {self.vocab_size}), got {value!r}")
+        self.mask_id, self.eos_id, self.tokenizer = mask_id, eos_id, tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(p for p in self.model.parameters() if p.is_floating_point()).dtype
+
+    def start(self, prompts, max_new_tokens, block_size) -> Session:
+        if block_size != self.block_size:
+            raise ValueError(f"block_size: this BD3-LM attends in blocks of config.block_size = {self.block_size}; "
+                             f"decode with block_size={self.block_size}, got {block_size}")
+        longest = max(-(-(len(p) + max_new_tokens) // block_size) * block_size for p in prompts)
+        if longest > self.model_length:
+            raise ValueError(f"max_new_tokens: a prompt plus {max_new_tokens} new tokens spans {longest} positions "
+                             f"(whole blocks), more than the model's config.model_length = {self.model_length}")
+        return BD3LMSession(self, prompts, max_new_tokens, block_size)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Logits [r, L, V] of BD3-LM's sampling forward on unpadded rows ids [r, L] (blocks at k * block_size)."""
+        if any(getattr(b, "kv_cache", None) is not None for b in self.model.backbone.blocks):
+            raise ValueError("model: it holds a KV cache (reset_kv_cache was called); set each block's kv_cache to "
+                             "None: this target runs its forward without one")
+        with torch.no_grad():
+            out = self.model(input_ids=ids, timesteps=torch.zeros(ids.shape[0], device=ids.device),
+                             sample_mode=True, store_kv=False, return_dict=True)
+        logits = out.logits
+        logits[..., self.mask_id] -= self.MASK_PENALTY
+        return logits
+
+
+def float32_conditioning(model):
+    """BD3-LM in float64 (or half) with its conditioning path in float32: its timestep embedding casts to float32
+    (`t.float()`), so the timestep MLP and the adaLN modulations it feeds must be float32 for the forward to run.
+    With time conditioning off that path computes one constant vector. Returns the model, changed in place."""
+    backbone = model.backbone
+    if getattr(backbone, "sigma_map", None) is not None:
+        backbone.sigma_map.float()
+    for module in backbone.modules():
+        if getattr(module, "adaLN_modulation", None) is not None:
+            module.adaLN_modulation.float()
+    return model
+
+
+class BD3LMSession(Session):
+    """Blocks at absolute positions k*B; the prompt's last len % B tokens open the first block (`prompt_head`).
+    Rows of one prompt length share a model call (a pass makes one call per length, each counted in `passes`)."""
+
+    def __init__(self, target: BD3LMTarget, prompts, max_new_tokens: int, block_size: int):
+        B = block_size
+        self.target, self.batch, self.passes = target, len(prompts), 0
+        dev = target.device
+        self.prompt_head = [len(p) % B for p in prompts]
+        eos = target.eos_id
+        if eos is not None and any(eos in p[len(p) // B * B:] for p in prompts):
+            raise ValueError(f"prompts: a prompt's last len % {B} tokens open the first block, and one of them is "
+                             f"the end-of-sequence id {eos}; build the target with eos_id=None")
+        self.groups = []  # (rows, committed tokens [rows, C])
+        for length in sorted({len(p) for p in prompts}):
+            rows = [i for i, p in enumerate(prompts) if len(p) == length]
+            whole = torch.tensor([prompts[i][:length // B * B] for i in rows], dtype=torch.long, device=dev)
+            whole = whole.view(len(rows), length // B * B)  # an empty prompt too
+            self.groups.append((torch.tensor(rows, dtype=torch.long, device=dev), whole))
+        head = torch.full((self.batch, B), target.mask_id, dtype=torch.long)
+        for i, p in enumerate(prompts):
+            if self.prompt_head[i]:
+                head[i, :self.prompt_head[i]] = torch.as_tensor(p[len(p) // B * B:], dtype=torch.long)
+        self._head = head.to(dev)
+        self.blocks_done = 0
+
+    @property
+    def block_start(self) -> torch.Tensor:
+        out = torch.empty(self.batch, dtype=torch.long, device=self.target.device)
+        for rows, done in self.groups:
+            out[rows] = done.shape[1]
+        return out
+
+    def initial_block(self, block_size: int) -> torch.Tensor | None:
+        return self._head.clone() if self.blocks_done == 0 else None
+
+    def score(self, nodes: torch.Tensor) -> torch.Tensor:
+        b, n, B = nodes.shape
+        out = None
+        for rows, done in self.groups:
+            g, C = done.shape
+            ids = torch.cat((done[:, None].expand(g, n, C), nodes[rows.to(nodes.device)].to(done.device)), dim=2)
+            logits = self.target.forward(ids.reshape(g * n, C + B))[:, C:].reshape(g, n, B, -1)
+            if out is None:
+                out = logits.new_empty((b, n, B, logits.shape[-1]))
+            out[rows.to(out.device)] = logits
+            self.passes += 1
+        return out
+
+    def append(self, block: torch.Tensor) -> None:
+        self.groups = [(rows, torch.cat((done, block[rows.to(block.device)].to(done.device)), dim=1))
+                       for rows, done in self.groups]
+        self.blocks_done += 1
+
+
 # ------------------------------------------------------------------------------------------ by name
 
-TARGETS = {"llada": LLaDATarget, "dream": DreamTarget, "sdar": SDARTarget, "llada2": LLaDA2Target}
-BD3LM_NOT_DONE = ("BD3-LM is recognised but has no family target yet: its forward takes (input_ids, timesteps, "
-                  "sample_mode, store_kv) and keeps its own KV cache in the model, and its sampler picks the "
-                  "positions it unmasks at random, not by confidence (docs/integrations.md)")
+TARGETS = {"llada": LLaDATarget, "dream": DreamTarget, "sdar": SDARTarget, "llada2": LLaDA2Target,
+           "bd3lm": BD3LMTarget}
 
 
 __all__ = ["FAMILIES", "family_of", "family_target", "load_family_target", "LLaDATarget", "DreamTarget",
-           "SDARTarget", "LLaDA2Target"]
+           "SDARTarget", "LLaDA2Target", "BD3LMTarget", "float32_conditioning"]
 
 
 def load_family_target(directory, family: str, *, mask_token=None, mask_id=None, eos_id="auto", dtype=torch.float32,
                        device="cpu", trust_remote_code=False, attn_implementation=None) -> HFTarget:
     """`family`'s target from a checkpoint directory (the ids found as `spot.hf.load_hf_target` finds them);
     attn_implementation None: the model's own default."""
-    if family == "bd3lm":
-        raise NotImplementedError(f"{directory}: {BD3LM_NOT_DONE}")
     if family not in TARGETS:
         raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+    if family == "bd3lm" and attn_implementation is not None:
+        raise ValueError("attn_implementation: BD3-LM chooses its attention with config.attn_backend (sampling "
+                         "needs 'sdpa', which spot.load_target sets); leave attn_implementation unset")
     model, tokenizer, mask_id, eos_id = load_hf_parts(
         directory, mask_token=mask_token, mask_id=mask_id, eos_id=eos_id, dtype=dtype, device=device,
         trust_remote_code=trust_remote_code, attn_implementation=attn_implementation,
-        auto_model=family == "dream")  # Dream's checkpoints map only AutoModel (its DreamModel has the LM head)
+        auto_model=family == "dream",  # Dream's checkpoints map only AutoModel (its DreamModel has the LM head)
+        model_options=dict(attn_backend="sdpa") if family == "bd3lm" else None)
     kwargs = dict(mask_id=mask_id, eos_id=eos_id, tokenizer=tokenizer)
+    if family == "bd3lm":
+        return BD3LMTarget(float32_conditioning(model), **kwargs)
     if family in ("sdar", "llada2"):
         kwargs["pad_id"] = _first(getattr(model.config, "pad_token_id", None))
     return family_target(family, model, **kwargs)
@@ -261,8 +405,6 @@ def load_family_target(directory, family: str, *, mask_token=None, mask_id=None,
 
 def family_target(family: str, model, **kwargs) -> HFTarget:
     """The family target of `family` (one of FAMILIES) around a loaded model."""
-    if family == "bd3lm":
-        raise NotImplementedError(BD3LM_NOT_DONE)
     if family not in TARGETS:
         raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
     return TARGETS[family](model, **kwargs)

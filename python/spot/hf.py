@@ -208,7 +208,7 @@ class HFTarget(Target):
                     "others (another version of the family's code?)")
         else:
             hint = ("SPOT's generic path needs a forward taking input_ids, a 4D attention_mask, position_ids and a "
-                    "transformers cache; family targets (spot.families) cover LLaDA, Dream, SDAR and LLaDA2")
+                    "transformers cache; family targets (spot.families) cover LLaDA, Dream, SDAR, LLaDA2 and BD3-LM")
         return f"{name}: the model's forward failed on SPOT's inputs ({type(error).__name__}: {error}); {hint}"
 
     def new_cache(self):
@@ -476,7 +476,7 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
                    attn_implementation: str | None = "sdpa") -> HFTarget:
     """The generic `HFTarget(layout, logits_shift)` from a local checkpoint directory (config.json, weights,
     tokenizer files). Nothing is downloaded; remote code runs only with `trust_remote_code=True`.
-    `spot.load_target(DIR)` gives a LLaDA, Dream, SDAR or LLaDA2 checkpoint its family target instead
+    `spot.load_target(DIR)` gives a LLaDA, Dream, SDAR, LLaDA2 or BD3-LM checkpoint its family target instead
     (spot.families).
 
     The mask id is `mask_id`, else the tokenizer's id of `mask_token`, else the tokenizer's or config's mask token
@@ -491,10 +491,12 @@ def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str |
 
 
 def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dtype=torch.float32, device="cpu",
-                  trust_remote_code=False, attn_implementation=None, auto_model: bool = False):
+                  trust_remote_code=False, attn_implementation=None, auto_model: bool = False,
+                  model_options: dict | None = None):
     """(model, tokenizer or None, mask id, eos id) of a checkpoint directory (`load_hf_target`'s docstring says how
     the ids are found). auto_model: load with AutoModel (Dream), else AutoModelForCausalLM unless the config's
-    auto_map maps only AutoModel; attn_implementation None: the model's own default."""
+    auto_map maps only AutoModel (or AutoModelForMaskedLM and no AutoModelForCausalLM: BD3-LM);
+    attn_implementation None: the model's own default; model_options: more from_pretrained keyword arguments."""
     import json
     from pathlib import Path
 
@@ -520,7 +522,11 @@ def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dt
         options["attn_implementation"] = attn_implementation
     auto_map = json.loads((directory / "config.json").read_text()).get("auto_map") or {}
     only_auto_model = trust_remote_code and "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map
+    masked_lm = trust_remote_code and "AutoModelForMaskedLM" in auto_map and "AutoModelForCausalLM" not in auto_map
     auto = transformers.AutoModel if auto_model or only_auto_model else transformers.AutoModelForCausalLM
+    if masked_lm and not auto_model:
+        auto = transformers.AutoModelForMaskedLM
+    options.update(model_options or {})
     try:
         model = auto.from_pretrained(directory, **options).to(device)
     except Exception as e:  # noqa: BLE001 (safetensors' SafetensorError and the like do not name the file)

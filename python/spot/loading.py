@@ -191,7 +191,7 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;
     `hf_options` (family, layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift,
     attn_implementation) go to `spot.hf.load_hf_target` then, and are refused otherwise; a checkpoint of a known
-    family (LLaDA, Dream, SDAR, LLaDA2: read from its config.json) gives that family's target (spot.families).
+    family (LLaDA, Dream, SDAR, LLaDA2, BD3-LM: read from its config.json) gives that family's target (spot.families).
     dtype: "float32" (default), "float64" (exactness tests), "bfloat16" or "float16" (on CPU computed in float32
     from the half weights, docs/half_precision.md).
     """
