@@ -381,18 +381,19 @@ def _check_output_memory(prompts: int, max_new_tokens: int, block_size: int) -> 
                 "give commit orders and tokens of", 2 * prompts * blocks * block_size * 8)
 
 
-def _check_orders(orders, prompts: int, max_new_tokens: int, block_size: int) -> None:
+def _check_orders(orders, prompts: list[list[int]], max_new_tokens: int, block_size: int, aligned: bool) -> None:
     """`orders` of method="oracle": the int64 [prompts, blocks, B] `orders` of a `standard` run with these
-    arguments, every entry -1 or a block position."""
-    blocks = -(-max_new_tokens // block_size) if max_new_tokens else 0
+    arguments, every entry -1 or a block position. On a target with `aligned_blocks` the decode also spans each
+    prompt's partial last block (`Session.prompt_head`)."""
+    head = max((len(p) % block_size for p in prompts), default=0) if aligned else 0
+    blocks = -(-(max_new_tokens + head) // block_size) if max_new_tokens else 0
+    n = len(prompts)
     if not isinstance(orders, torch.Tensor) or orders.dtype != torch.long:
         raise TypeError(f"orders: expected an int64 tensor (a standard run's GenerateOutput.orders), got "
                         f"{getattr(orders, 'dtype', type(orders).__name__)}")
-    # a block-aligned session (spot.families) decodes a prompt's partial last block first: one block more
-    if orders.dim() != 3 or orders.shape[0] != prompts or orders.shape[2] != block_size \
-            or orders.shape[1] not in (blocks, blocks + 1):
-        raise ValueError(f"orders: expected shape {[prompts, blocks, block_size]} (prompts, blocks, block_size; one "
-                         f"block more on a block-aligned target), got {list(orders.shape)}")
+    if tuple(orders.shape) != (n, blocks, block_size):
+        raise ValueError(f"orders: expected shape {[n, blocks, block_size]} (prompts, blocks, block_size), got "
+                         f"{list(orders.shape)}")
     if bool(((orders < -1) | (orders >= block_size)).any()):
         raise ValueError(f"orders: entries must be -1 or a block position in [0, {block_size})")
 
@@ -432,7 +433,7 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
     limits.callable_or_none("progress", progress)
     limits.callable_or_none("on_pass", on_pass)
     if orders is not None and method == "oracle":
-        _check_orders(orders, len(clean), max_new_tokens, block_size)
+        _check_orders(orders, clean, max_new_tokens, block_size, getattr(target, "aligned_blocks", False))
     if block_size > max_new_tokens > 0 and not allow_partial_block:
         raise ValueError(f"block_size ({block_size}) exceeds max_new_tokens ({max_new_tokens}): a block is decoded "
                          f"whole, up to {block_size} target passes for {max_new_tokens} token(s); use block_size <= "

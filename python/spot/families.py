@@ -118,6 +118,8 @@ class BlockAlignedTarget(HFTarget):
     mask_form: how the model reads a 4D mask: "bool" (True = attend: SDAR, LLaDA2 under sdpa) or "additive"
     (0 / -inf added to the scores: LLaDA2 under eager reads 1 / 0 floats, "float")."""
 
+    aligned_blocks = True
+
     family = None  # SDARTarget, LLaDA2Target name theirs
 
     def __init__(self, model, *, mask_id: int, eos_id: int | None = None, tokenizer=None, pad_id: int | None = None,
@@ -240,6 +242,8 @@ class BD3LMTarget(Target):
 
     Cost: no cache is kept, so each pass recomputes the committed prefix once per node (N x (prefix + B) tokens
     per row); its in-model cache holds one sequence per batch row and cannot hold N node copies."""
+
+    aligned_blocks = True
 
     family = "bd3lm"
     # the sampler's subs parameterization: the mask token's log-probability is lowered by 1e6 (finite)

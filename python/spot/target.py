@@ -96,6 +96,9 @@ class Target(ABC):
     # that cannot promise it leaves this False; decoding it with logits in a dtype other than float64 then warns
     # once (`warn_if_not_batch_invariant`).
     batch_invariant: bool = False
+    # True when blocks sit at absolute positions k * B (spot.families' SDAR, LLaDA2, BD3-LM): a prompt's partial last
+    # block opens the first block (`Session.prompt_head`), so a decode spans one block more than max_new_tokens.
+    aligned_blocks: bool = False
 
     @abstractmethod
     def start(self, prompts: list[list[int]], max_new_tokens: int, block_size: int) -> Session:
