@@ -55,11 +55,9 @@ def test_standard_equals_the_familys_own_sampler(family, block_size):
     assert batched.tokens == alone  # rows of different lengths (padded, or in separate calls) do not interact
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
-@pytest.mark.parametrize("block_size", [4, 8])
-@pytest.mark.parametrize("family", FAMILIES)
-def test_spot_and_confidence_equal_standard(family, block_size, temperature):
-    t = target(family)
+def assert_spot_and_confidence_equal_standard(t, block_size, temperature):
+    """spot (the portable drafter) and confidence give standard's tokens in no more passes, with drafted commits
+    accepted."""
     s = dict(max_new_tokens=16, block_size=block_size, temperature=temperature, eos_id=None, budget=8)
     ref = spot.generate(t, ft.PROMPTS, "standard", **s)
     drafted = 0
@@ -69,6 +67,13 @@ def test_spot_and_confidence_equal_standard(family, block_size, temperature):
         assert out.stats.target_passes <= ref.stats.target_passes
         drafted += sum((n - 1) * c for n, c in out.stats.commits_per_pass.items() if n > 1)
     assert drafted > 0
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("block_size", [4, 8])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_spot_and_confidence_equal_standard(family, block_size, temperature):
+    assert_spot_and_confidence_equal_standard(target(family), block_size, temperature)
 
 
 def test_the_output_starts_after_the_prompt_in_aligned_blocks():
@@ -178,16 +183,7 @@ def test_bd3lm_standard_equals_its_forward_driven_decode(block_size):
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("block_size", [4, 8])
 def test_bd3lm_spot_and_confidence_equal_standard(block_size, temperature):
-    t = bd3lm_target(block_size)
-    s = dict(max_new_tokens=16, block_size=block_size, temperature=temperature, eos_id=None, budget=8)
-    ref = spot.generate(t, ft.PROMPTS, "standard", **s)
-    drafted = 0
-    for method in ("confidence", "spot"):
-        out = spot.generate(t, ft.PROMPTS, method, drafter=portable_drafter(), **s)
-        assert out.tokens == ref.tokens, method
-        assert out.stats.target_passes <= ref.stats.target_passes
-        drafted += sum((n - 1) * c for n, c in out.stats.commits_per_pass.items() if n > 1)
-    assert drafted > 0
+    assert_spot_and_confidence_equal_standard(bd3lm_target(block_size), block_size, temperature)
 
 
 def test_bd3lm_pass_equals_its_cache_protocol():
@@ -220,6 +216,12 @@ def test_bd3lm_refusals():
         family_target("bd3lm", m, mask_id=ft.MASK_ID)
     with pytest.raises(ValueError, match="float32"):
         family_target("bd3lm", ft.BD3LM(ft.BD3LMConfig()).double(), mask_id=ft.MASK_ID)
+    with pytest.raises(ValueError, match="holds the mask id"):
+        spot.generate(t, [[5, ft.MASK_ID]], "standard", max_new_tokens=4, block_size=4)
+    with pytest.raises(ValueError, match="must differ"):
+        family_target("bd3lm", ft.model("bd3lm"), mask_id=ft.MASK_ID, eos_id=ft.MASK_ID)
+    with pytest.raises(ValueError, match="mask_id"):
+        family_target("bd3lm", ft.model("bd3lm"), mask_id=10**6)
     # the generic path dies inside the model's config or forward: a named error that points at the family
     g = HFTarget(ft.model("bd3lm"), "block_causal", mask_id=ft.MASK_ID, self_check=False)
     with pytest.raises(IncompatibleModelError, match="bd3lm"):

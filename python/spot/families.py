@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from .hf import FAMILIES, BidirectionalSession, HFTarget, _first, _LeftPadded, _crop, family_of, load_hf_parts
+from .limits import prompts_without_mask, token_id
 from .target import Session, Target
 
 # ------------------------------------------------------------------------------------------ LLaDA and Dream
@@ -271,23 +272,19 @@ class BD3LMTarget(Target):
         self.model = model.eval()
         self.block_size, self.model_length = int(config.block_size), int(config.model_length)
         self.vocab_size = int(config.vocab_size)
-        for name, value in (("mask_id", mask_id), ("eos_id", eos_id)):
-            if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
-                raise ValueError(f"{name}: expected a token id in [0, {self.vocab_size}), got {value!r}")
+        mask_id = token_id("mask_id", mask_id, self.vocab_size)
+        eos_id = token_id("eos_id", eos_id, self.vocab_size, optional=True)
+        if mask_id == eos_id:
+            raise ValueError(f"mask_id, eos_id: the mask and end-of-sequence ids must differ (both {mask_id})")
         self.mask_id, self.eos_id, self.tokenizer = mask_id, eos_id, tokenizer
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.model.parameters()).device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return next(p for p in self.model.parameters() if p.is_floating_point()).dtype
+    device, dtype = HFTarget.device, HFTarget.dtype  # read from self.model's parameters
 
     def start(self, prompts, max_new_tokens, block_size) -> Session:
         if block_size != self.block_size:
             raise ValueError(f"block_size: this BD3-LM attends in blocks of config.block_size = {self.block_size}; "
                              f"decode with block_size={self.block_size}, got {block_size}")
+        prompts_without_mask(prompts, self.mask_id)
         longest = max(-(-(len(p) + max_new_tokens) // block_size) * block_size for p in prompts)
         if longest > self.model_length:
             raise ValueError(f"max_new_tokens: a prompt plus {max_new_tokens} new tokens spans {longest} positions "

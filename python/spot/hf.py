@@ -27,7 +27,7 @@ import torch
 
 import spot_kernels
 
-from .limits import kv_cache_limit_bytes, size, token_id
+from .limits import kv_cache_limit_bytes, prompts_without_mask, size, token_id
 from .target import Session, Target
 
 LAYOUTS = ("block_causal", "bidirectional")
@@ -121,10 +121,7 @@ class HFTarget(Target):
         if self.logits_shift and any(len(p) == 0 for p in prompts):
             raise ValueError("prompts: logits_shift=1 reads a block's first logit at the token before it, so every "
                              "prompt needs at least one token")
-        for i, p in enumerate(prompts):
-            if self.mask_id in (p.tolist() if isinstance(p, torch.Tensor) else p):
-                raise ValueError(f"prompts[{i}]: holds the mask id {self.mask_id}: the model would read that position "
-                                 "as one to fill in, not as given text")
+        prompts_without_mask(prompts, self.mask_id)
         self._check_size(prompts, max_new_tokens, block_size)
         return self.session_class()(self, prompts, max_new_tokens, block_size)
 

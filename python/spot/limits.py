@@ -51,6 +51,15 @@ def token_id(name: str, value, vocab_size: int, *, optional: bool = False) -> in
     return value
 
 
+def prompts_without_mask(prompts, mask_id: int) -> None:
+    """A prompt holding the mask id is refused: a target would read that position as one to fill in, not as given
+    text."""
+    for i, p in enumerate(prompts):
+        if mask_id in (p.tolist() if hasattr(p, "tolist") else p):
+            raise ValueError(f"prompts[{i}]: holds the mask id {mask_id}: the model would read that position as one to "
+                             "fill in, not as given text")
+
+
 def temperature(name: str, value) -> float:
     """0 (greedy) or a number in [MIN_TEMPERATURE, FLOAT32_MAX]: finite in float32 too, where the logits are
     scaled (a larger one becomes inf there)."""
