@@ -197,3 +197,21 @@ def test_empty_prompt_is_allowed(target):
     ref = _run(target, [[]], "standard", max_new_tokens=4, block_size=4)
     out = _run(target, [[]], "confidence", max_new_tokens=4, block_size=4)
     assert out.tokens == ref.tokens and len(ref.tokens[0]) == 4
+
+
+class DeclaredLimits(spot.ConfidenceDrafter):
+    """A drafter that is no LearnedDrafter and declares the protocol's limits: the decoder reads those, not a model's
+    config."""
+
+    def __init__(self, max_block=None, token_vocab=None):
+        self.max_block, self.token_vocab = max_block, token_vocab
+
+
+def test_the_decoder_reads_a_drafters_declared_limits(target):
+    kw = dict(max_new_tokens=16, block_size=16, budget=4, eos_id=None)
+    with pytest.raises(ValueError, match="exceeds the drafter's max_block 8"):
+        generate(target, PROMPTS[:1], "spot", drafter=DeclaredLimits(max_block=8), **kw)
+    with pytest.raises(ValueError, match="token ids of a 5-token vocabulary"):
+        generate(target, PROMPTS[:1], "spot", drafter=DeclaredLimits(token_vocab=5), **kw)
+    ok = generate(target, PROMPTS[:1], "spot", drafter=DeclaredLimits(16, target.vocab_size), **kw)
+    assert ok.tokens == generate(target, PROMPTS[:1], "standard", **kw).tokens

@@ -19,7 +19,7 @@ import torch
 from spot_kernels import CONFIDENCE_KINDS
 
 from . import limits
-from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures
+from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, drafter_limits
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
 from .round import RoundConfig, compiled, draft, settle
 from .target import Target, warn_if_not_batch_invariant
@@ -456,9 +456,7 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
     if drafter is not None and not isinstance(drafter, Drafter):
         raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
-    drafter_cfg = getattr(getattr(drafter, "model", None), "cfg", None)
-    max_block = getattr(drafter_cfg, "max_block", None)
-    trained_vocab = getattr(drafter_cfg, "vocab_size", 0) if getattr(drafter_cfg, "token_buckets", 0) else 0
+    max_block, trained_vocab = drafter_limits(drafter)
     if method == "spot" and trained_vocab and trained_vocab != target.vocab_size:
         raise ValueError(f"drafter: it reads token ids of a {trained_vocab}-token vocabulary (token buckets) and "
                          f"this target's vocabulary has {target.vocab_size}; use a drafter trained without "

@@ -70,6 +70,12 @@ class StaleFeatures:
 
 @runtime_checkable
 class Drafter(Protocol):
+    """What the decoder asks of an order drafter: `position_logits`. Optional attributes it reads when present
+    (`drafter_limits`, spot.tree.tree_branch, spot.round): `branch` (children per frontier node of its trees),
+    `max_block` (the largest block it reads), `token_vocab` (the vocabulary size whose token ids it reads; None
+    when it reads none) and `observe(...)` (a drafter that learns from each pass's commits). Nothing else of a
+    drafter is read."""
+
     def position_logits(self, stale: StaleFeatures, node_masked: torch.Tensor, node_row: torch.Tensor,
                         depth: torch.Tensor) -> torch.Tensor:
         """node_masked bool [F, B], node_row int64 [F] (batch row of each frontier node), depth int64 [F]
@@ -109,3 +115,9 @@ class OracleDrafter:
         rows = torch.nonzero(has).squeeze(1)
         logits[rows, order[rows, first[rows]]] = 0.0
         return logits
+
+
+def drafter_limits(drafter) -> tuple[int | None, int | None]:
+    """(the largest block, the vocabulary whose token ids it reads) a drafter declares; None where it has no
+    limit (the `Drafter` protocol's optional `max_block` and `token_vocab`)."""
+    return getattr(drafter, "max_block", None), getattr(drafter, "token_vocab", None)

@@ -116,7 +116,6 @@ class OnlineCalibrated:
             model = getattr(base, "model", None)
             if model is None or not hasattr(model, "norm"):
                 raise ValueError("feature 'hidden' needs a base drafter with an OrderModel (a LearnedDrafter)")
-            model.norm.register_forward_hook(self._keep_hidden)
             self.n_features += model.cfg.d_model - 1
         # the ridge strength of each weight: `prior`, and `hidden_prior` times that for the hidden-state head (many
         # weights, and the base logit is itself a linear function of the hidden states)
@@ -132,7 +131,13 @@ class OnlineCalibrated:
     def _base(self, stale, node_masked, node_row, depth):
         """The base drafter's logits and (feature "hidden") its last hidden states."""
         self._hidden = None
-        base = self.base.position_logits(stale, node_masked, node_row, depth)
+        # the hook lives only for this call: the base drafter's model carries nothing of ours between calls
+        hook = self.base.model.norm.register_forward_hook(self._keep_hidden) if "hidden" in self.names else None
+        try:
+            base = self.base.position_logits(stale, node_masked, node_row, depth)
+        finally:
+            if hook is not None:
+                hook.remove()
         return base, self._hidden
 
     @property
@@ -141,9 +146,14 @@ class OnlineCalibrated:
         return getattr(self.base, "branch", None)
 
     @property
-    def model(self):
-        """The base drafter's model (so `generate` checks its block and vocabulary limits as for the base)."""
-        return getattr(self.base, "model", None)
+    def max_block(self):
+        """The base drafter's largest block (the `Drafter` protocol)."""
+        return getattr(self.base, "max_block", None)
+
+    @property
+    def token_vocab(self):
+        """The vocabulary whose token ids the base drafter reads (the `Drafter` protocol)."""
+        return getattr(self.base, "token_vocab", None)
 
     def reset(self) -> None:
         """Forget every observed commit: back to the base drafter."""

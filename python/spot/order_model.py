@@ -215,6 +215,16 @@ class LearnedDrafter:
     def device(self):
         return self.model.head.weight.device
 
+    @property
+    def max_block(self) -> int:
+        """The largest block this drafter reads (its model's max_block)."""
+        return self.model.cfg.max_block
+
+    @property
+    def token_vocab(self) -> int | None:
+        """The vocabulary whose token ids it reads (a model trained with token buckets), else None."""
+        return self.model.cfg.vocab_size if self.model.cfg.token_buckets else None
+
     @torch.no_grad()
     def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
         dev, cfg = self.device, self.model.cfg

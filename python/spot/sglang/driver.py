@@ -21,6 +21,7 @@ from typing import Any, List, Optional
 
 import torch
 
+from ..drafters import drafter_limits
 from ..tree import Tree
 from .layout import TreeLayout, node_logits, tree_cache_loc, tree_layout, tree_tokens
 from .rounds import RoundResult, SpotOptions, make_drafter, spot_round
@@ -191,8 +192,7 @@ class SpotDriver:
 
 def _check_drafter_vocabulary(drafter, vocab_size) -> None:
     """A drafter trained with token buckets reads token ids of its training vocabulary (as spot.generate checks)."""
-    cfg = getattr(getattr(drafter, "model", None), "cfg", None)
-    trained = getattr(cfg, "vocab_size", 0) if getattr(cfg, "token_buckets", 0) else 0
+    trained = drafter_limits(drafter)[1]
     if trained and vocab_size and trained != vocab_size:
         raise ValueError(f"Spot: the drafter reads token ids of a {trained}-token vocabulary (token buckets) and the "
                          f"served model's has {vocab_size}; use a drafter trained without --token-buckets")
