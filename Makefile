@@ -33,7 +33,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/
 	$(BIN)/pip install -q --no-deps $(SGLANG) || echo "no sglang: tests/test_sglang.py skips its SGLang tests"
 	touch $@
 
-# One screen (python/spot/demo.py): passes of standard / confidence / spot at GPU-sized trees, a commit order, CPU time
+# One screen (python/spot/lab/demo.py): passes of standard / confidence / spot at GPU-sized trees, a commit order, CPU time
 # per token, what --budget auto picks here and why, a labelled GPU projection. One thread: the 4.7M-parameter embedded
 # target gains under 10% from a second core on a quiet machine, and loses 4x to 50x when another job holds that core
 # (OpenMP threads wait on each other); budgets.json is tuned on one thread.

@@ -17,7 +17,7 @@ import argparse
 import time
 
 import spot
-from spot.bench import write_json
+from spot.lab.bench import write_json
 from spot.prompts import held_out_prompts
 
 

@@ -85,14 +85,14 @@ def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(mo
     methods alike; standard first while oracle needs its orders, else every other batch in reverse order), with
     each prompt's noise row its index in the whole list: the same tokens and passes as decoding every prompt with
     one method at a time, oracle included."""
-    import spot.bench
-    from spot.bench import decode_all, run_bench
+    import spot.lab.bench
+    from spot.lab.bench import decode_all, run_bench
 
     from tiny import PROMPTS, sharp_target
 
     target = sharp_target()
     calls = []
-    real = spot.bench.generate
+    real = spot.lab.bench.generate
 
     def spy(target, prompts, method, **kw):
         if kw.get("rows") is not None:
@@ -100,7 +100,7 @@ def test_bench_methods_take_turns_per_batch_with_the_noise_rows_of_whole_runs(mo
         return real(target, prompts, method, **kw)
 
     settings = dict(max_new_tokens=8, block_size=4, temperature=1.0, eos_id=None, budget=4, seed=3)
-    monkeypatch.setattr(spot.bench, "generate", spy)
+    monkeypatch.setattr(spot.lab.bench, "generate", spy)
     report = run_bench(target, PROMPTS, ["confidence", "oracle"], batch_size=2, progress=False, count_ops=False,
                        **settings)
     assert calls == [(m, [0, 1]) for m in ("standard", "confidence", "oracle")] + \

@@ -7,8 +7,8 @@ import pytest
 
 from spot.budgets import default_budget, tuned_entry
 from spot.cli import main
-from spot.plots import PASS_DIGITS
-from spot.project import LABEL
+from spot.lab.plots import PASS_DIGITS
+from spot.lab.project import LABEL
 
 
 def test_demo_shows_the_product(capsys):

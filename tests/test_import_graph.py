@@ -123,8 +123,19 @@ def test_the_graph_is_read():
     assert graph["spot_kernels.extension"] == {"spot_kernels._C"}  # `from . import _C`: the compiled module
     assert "spot.decode" in graph["spot"]
     assert "spot_kernels" in graph["spot.decode"]  # across the two packages
-    assert "spot.build.cli" in graph["spot.cli"]  # a call-time import counts
+    assert "spot.lab.build.cli" in graph["spot.cli"]  # a call-time import counts
     assert sum(len(targets) for targets in graph.values()) > 100
+
+
+def test_the_runtime_does_not_import_the_lab():
+    """spot.lab (the offline pipeline, benchmarking, projection, plotting, the demo) sits above the runtime: no
+    runtime module imports it, except the CLI, inside the subcommand that needs it."""
+    graph = import_graph()
+    runtime = {m for m in graph if m.startswith("spot") and not m.startswith("spot.lab") and m != "spot.cli"}
+    assert "spot.decode" in runtime and "spot.lab.bench" in graph
+    assert {m: sorted(t for t in graph[m] if t.startswith("spot.lab")) for m in runtime
+            if any(t.startswith("spot.lab") for t in graph[m])} == {}
+    assert {"spot.lab.bench", "spot.lab.demo", "spot.lab.project", "spot.lab.build.cli"} <= graph["spot.cli"]
 
 
 def test_cycles_are_found():

@@ -1,5 +1,6 @@
-"""The house rules a newcomer relies on: the runtime never imports the build pipeline, and nothing the pipeline
-writes lands in the installed package by default."""
+"""The house rules a newcomer relies on: the runtime never imports the lab (spot.lab: the build pipeline,
+benchmarking, projection, plotting, the demo), and nothing the pipeline writes lands in the installed package by
+default."""
 
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import spot
-from spot.build.cli import main as build_main
+from spot.lab.build.cli import main as build_main
 from spot.cli import main
 
 PACKAGE = Path(spot.__file__).parent
@@ -19,24 +20,30 @@ def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
 
 
-def test_import_spot_loads_no_build_module():
+def test_import_spot_loads_no_lab_module():
+    """`import spot` (and the CLI module) loads the runtime only: nothing of spot.lab (the offline pipeline,
+    benchmarking, projection, plotting, the demo) and not matplotlib."""
     done = _run("""
         import sys
-        import spot
-        print(sorted(m for m in sys.modules if m == "spot.build" or m.startswith("spot.build.")))
+        import spot, spot.cli
+        print(sorted(m for m in sys.modules if m == "spot.lab" or m.startswith("spot.lab.") or m == "matplotlib"))
+        import spot.lab.bench, spot.lab.project, spot.lab.demo
+        print(sorted(m for m in sys.modules if m.startswith("spot.lab.")))
     """)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    before, after = done.stdout.strip().splitlines()
+    assert before == "[]"
+    assert "spot.lab.bench" in after  # the filter sees lab modules once they are loaded
 
 
 def test_generate_runs_with_the_build_pipeline_blocked():
-    """A finder that refuses every spot.build module: decoding (every method) and the user CLI still work."""
+    """A finder that refuses every spot.lab.build module: decoding (every method) and the user CLI still work."""
     done = _run("""
         import sys
 
         class Refuse:
             def find_spec(self, name, path=None, target=None):
-                if name == "spot.build" or name.startswith("spot.build."):
+                if name == "spot.lab.build" or name.startswith("spot.lab.build."):
                     raise ImportError(f"blocked: {name}")
                 return None
 
@@ -53,12 +60,12 @@ def test_generate_runs_with_the_build_pipeline_blocked():
         assert main(["generate", "--target", "random", "--max-new-tokens", "4", "--block-size", "4",
                      "--methods", "standard", "--budget", "auto"]) == 0
         try:
-            import spot.build.cli
+            import spot.lab.build.cli
         except ImportError as err:
             print("refused:", err)
     """)
     assert done.returncode == 0, done.stderr
-    assert "refused: blocked: spot.build" in done.stdout  # the finder was really in the way
+    assert "refused: blocked: spot.lab.build" in done.stdout  # the finder was really in the way
 
 
 @pytest.mark.parametrize("step", [["drafter", "--data", "{tmp}"], ["tune", "--dry-run"], ["prompts"],
@@ -77,7 +84,7 @@ def test_build_refuses_to_write_into_the_package(step, tmp_path, capsys):
 
 def test_build_defaults_chain_under_the_working_folder():
     """Each step's default output is the next step's default input, under .cache/ (never the package)."""
-    from spot.build.cli import build_parser
+    from spot.lab.build.cli import build_parser
 
     parser = build_parser()
 

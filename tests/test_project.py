@@ -12,9 +12,9 @@ import torch
 from tiny import PROMPTS, sharp_target
 
 from spot import generate
-from spot import project as pj
+from spot.lab import project as pj
 from spot.cli import main
-from spot.plots import PASS_DIGITS, format_commit_order, pass_of_positions
+from spot.lab.plots import PASS_DIGITS, format_commit_order, pass_of_positions
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = pj.Shape("toy", hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, source="test")
@@ -244,7 +244,7 @@ def test_decoding_and_the_cli_never_import_matplotlib():
     """matplotlib is for --plot only: `import spot`, the CLI module and the projection module leave it unloaded."""
     import subprocess
 
-    code = ("import sys, spot, spot.cli, spot.project, spot.plots; "
+    code = ("import sys, spot, spot.cli, spot.lab.project, spot.lab.plots; "
             "print('matplotlib' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import spot
-from spot.dispatch_count import DispatchCounter
+from spot.lab.dispatch_count import DispatchCounter
 from spot.order_model import LearnedDrafter
 from spot.tree import grow_tree
 
@@ -133,7 +133,7 @@ def test_the_gpu_round_check_runs_dry_on_cpu(tmp_path):
 
 
 def test_bench_reports_the_decoders_ops_and_syncs_per_pass(target):
-    from spot.bench import format_report, run_bench
+    from spot.lab.bench import format_report, run_bench
 
     kw = dict(max_new_tokens=8, block_size=4, temperature=0.0, eos_id=None, budget=4, static_round=True)
     report = run_bench(target, PROMPTS[:2], ["spot"], drafter=LearnedDrafter(small_model(5)), progress=False, **kw)

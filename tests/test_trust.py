@@ -17,9 +17,9 @@ import pytest
 import spot
 import torch
 from safetensors.torch import load_file, save_file
-from spot.bench import run_bench
-from spot.build.collect import collect
-from spot.build.train_drafter import DrafterTrainConfig, Trajectories, train_drafter
+from spot.lab.bench import run_bench
+from spot.lab.build.collect import collect
+from spot.lab.build.train_drafter import DrafterTrainConfig, Trajectories, train_drafter
 from spot.cli import main
 from spot.decode import generate
 from spot.loading import load_model, load_target, save_model
@@ -91,7 +91,7 @@ def test_item1_collect_shard_write_is_atomic(tmp_path, monkeypatch):
     kw = dict(block_sizes=(4,), temperatures=(0.0,), max_new_tokens=4, batch_size=3, seed=3, top_k=8, progress=False)
     (path,) = collect(target, COLLECT_PROMPTS, tmp_path, **kw)
     before = load_file(str(path))
-    monkeypatch.setattr("spot.build.collect.save_file", _interrupted_save_file)
+    monkeypatch.setattr("spot.lab.build.collect.save_file", _interrupted_save_file)
     with pytest.raises(KeyboardInterrupt):
         collect(target, COLLECT_PROMPTS, tmp_path, **{**kw, "seed": 4})
     monkeypatch.undo()
@@ -105,7 +105,7 @@ def test_item1_train_target_checkpoint_is_consistent_when_interrupted(tmp_path, 
     still resumes with the step that belongs to the weights it loads."""
     from pathlib import Path
 
-    from spot.build.train_target import TrainConfig, _load_checkpoint, _save_checkpoint
+    from spot.lab.build.train_target import TrainConfig, _load_checkpoint, _save_checkpoint
 
     def model_and_opt(seed):
         torch.manual_seed(seed)
@@ -144,11 +144,11 @@ def _train(out, **kw):
 
 
 class _LossSpy:
-    """Counts the training steps of spot.build.train_drafter (one loss call each) and, past `limit`, raises
+    """Counts the training steps of spot.lab.build.train_drafter (one loss call each) and, past `limit`, raises
     KeyboardInterrupt as a Ctrl-C would."""
 
     def __init__(self, monkeypatch, limit=None):
-        import spot.build.train_drafter as td
+        import spot.lab.build.train_drafter as td
 
         self.calls, self.limit, real = 0, limit, td.order_loss
 
@@ -273,7 +273,7 @@ def no_decoding(monkeypatch):
     """Fail the test if anything is decoded."""
     def refuse(*a, **k):
         raise AssertionError("decoded before the arguments were checked")
-    monkeypatch.setattr("spot.bench.generate", refuse)
+    monkeypatch.setattr("spot.lab.bench.generate", refuse)
     monkeypatch.setattr("spot.cli.generate", refuse)
 
 

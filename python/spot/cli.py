@@ -11,7 +11,6 @@ import os
 import re
 import sys
 
-from .bench import check_writable, format_report, random_prompts, run_bench, warm_up, write_json
 from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
 from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
 from .tree import BRANCH, WIDTH, tree_branch
@@ -127,6 +126,8 @@ def _prompts(a, target) -> list[list[int]]:
     held_out = _held_out_prompts(target, count or BENCH_PROMPTS)
     if held_out:
         return held_out
+    from .lab.bench import random_prompts
+
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
 
 
@@ -143,6 +144,8 @@ def _held_out_prompts(target, count: int):
 
 
 def cmd_generate(a) -> int:
+    from .lab.bench import warm_up
+
     _at_least(a, {"prompt_len": 0})
     methods = _methods(a.methods)
     target = target_from_args(a)
@@ -183,7 +186,7 @@ WHY_BUDGETS = ("why: a CPU picks small trees and a GPU large ones: on a CPU a pa
 
 def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[int]]) -> str:
     """Every decoded block of one method: under each position, the pass (within the block) that committed it."""
-    from .plots import format_commit_order
+    from .lab.plots import format_commit_order
 
     blocks = [format_commit_order(order, starts[blk], f"{method} block {blk}: ")
               for blk, order in enumerate(orders) if blk in starts]
@@ -191,8 +194,8 @@ def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[
 
 
 def cmd_demo(a) -> int:
-    """What `make demo` shows (spot/demo.py): pass reduction, commit order, CPU time, --budget auto, projection."""
-    from .demo import demo_screen
+    """What `make demo` shows (spot/lab/demo.py): pass reduction, commit order, CPU time, --budget auto, projection."""
+    from .lab.demo import demo_screen
 
     _at_least(a, {"max_new_tokens": 1, "block_size": 1})
     if a.block_size > a.max_new_tokens:
@@ -204,6 +207,8 @@ def cmd_demo(a) -> int:
 
 def cmd_bench(a) -> int:
     """Every argument is checked, and --json's folder written to, before anything is decoded."""
+    from .lab.bench import check_writable, format_report, run_bench, write_json
+
     _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
     methods = _methods(a.methods)
     budgets = _int_list("--budgets", a.budgets) if a.budgets else None
@@ -239,7 +244,7 @@ def cmd_bench(a) -> int:
         write_json(report, a.json)
         print(f"wrote {a.json}")
     if a.plot:
-        from .plots import bench_plots
+        from .lab.plots import bench_plots
 
         for path in bench_plots(report, a.plot):
             print(f"wrote {path}")
@@ -271,6 +276,8 @@ def _check_plot_folder(folder) -> None:
     """--plot's folder is created (or must be a folder) and writable, before anything runs."""
     from pathlib import Path
 
+    from .lab.bench import check_writable
+
     _check_matplotlib()
     path = Path(folder)
     if path.exists() and not path.is_dir():
@@ -284,7 +291,8 @@ def _check_plot_folder(folder) -> None:
 
 def cmd_project(a) -> int:
     """The roofline projection of docs/projection.md: every figure it prints is a projection, not a measurement."""
-    from . import project as pj
+    from .lab import project as pj
+    from .lab.bench import check_writable, write_json
 
     gpu = pj.GPUS.get(a.gpu)
     if gpu is None:
@@ -422,7 +430,7 @@ def main(argv=None) -> int:
 
 def _run(argv) -> int:
     if argv[:1] == ["build"]:  # the pipeline's own parser; imported only here, never by `import spot`
-        from .build.cli import main as build_main
+        from .lab.build.cli import main as build_main
         return build_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)

@@ -416,7 +416,7 @@ def docs_documents(stdlib_dir: str | os.PathLike | None = None, max_files: int |
 
 # ----------------------------------------------------------------------------------------------- math
 #
-# The word problems are data: python/spot/build/word_problems.toml holds the word lists and the templates (what each
+# The word problems are data: python/spot/lab/build/word_problems.toml holds the word lists and the templates (what each
 # draws, its question, its solution steps, its answer) and documents their format. `_word_problem` below is the
 # whole interpreter.
 
@@ -777,7 +777,7 @@ def build_corpus(out_dir: str | os.PathLike, seed: int = 0, total_mb: float = DE
     random.Random(f"spot-shuffle:{seed}").shuffle(splits["train"])
 
     out = Path(out_dir)
-    from ..loading import check_output_path  # torch: only when writing
+    from ...loading import check_output_path  # torch: only when writing
 
     check_output_path(out).mkdir(parents=True, exist_ok=True)
     manifest: dict = {

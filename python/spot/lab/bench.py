@@ -12,9 +12,9 @@ from collections import Counter
 import torch
 from tqdm import tqdm
 
-from .decode import generate
+from ..decode import generate
+from ..loading import atomic_write_text, check_output_path
 from .dispatch_count import DispatchCounter
-from .loading import atomic_write_text, check_output_path
 
 
 def random_prompts(vocab_size: int, count: int, length: int, seed: int, low: int = 3) -> list[list[int]]:
@@ -78,7 +78,7 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     ("cpu_seconds", "cpu_speedup_vs_standard"): with one thread (OMP_NUM_THREADS=1) they leave out the time other
     jobs held the core, the steadier ratio on a shared machine.
 
-    count_ops: each run decodes its first batch once more, untimed, under spot.dispatch_count.DispatchCounter:
+    count_ops: each run decodes its first batch once more, untimed, under spot.lab.dispatch_count.DispatchCounter:
     "dispatch_per_pass" is its dispatched ops and host syncs per target pass by stage ("decoder": all but the
     target's forward), what a GPU pays in launches and synchronisations (docs/round.md); oracle is not counted."""
     _check_prompts_and_batch(prompts, batch_size)
@@ -145,7 +145,7 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
 
 
 def count_dispatch(target, prompts: list[list[int]], method: str, *, drafter=None, **settings) -> dict:
-    """Ops and host syncs per target pass, by stage, of one decode of `prompts` (spot.dispatch_count)."""
+    """Ops and host syncs per target pass, by stage, of one decode of `prompts` (spot.lab.dispatch_count)."""
     extra = {"drafter": drafter} if method == "spot" else {}
     with DispatchCounter() as counter:
         out = generate(target, prompts, method, rows=list(range(len(prompts))), **extra, **settings)
@@ -195,7 +195,7 @@ def format_report(report: dict) -> str:
                      f"{r['cpu_speedup_vs_standard'] or 0:>7.2f}x {r['exact_match_vs_standard']}")
     counted = [(name, b, r["dispatch_per_pass"]) for name, b, r in rows if "dispatch_per_pass" in r]
     if counted:
-        lines.append("per target pass, the first batch (spot.dispatch_count): decoder ops / host syncs outside the "
+        lines.append("per target pass, the first batch (spot.lab.dispatch_count): decoder ops / host syncs outside the "
                      "target's forward, by stage, beside wall clock")
         lines.append(f"{'method':<{w}} {'budget':>6} {'ms/pass':>8} {'ops':>7} {'syncs':>6}  "
                      + " ".join(f"{s:>13}" for s in STAGE_COLUMNS))

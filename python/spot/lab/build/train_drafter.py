@@ -22,8 +22,8 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from .collect import pair_name
-from ..loading import atomic_write, remove_stale_temporaries
-from ..order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
+from ...loading import atomic_write, remove_stale_temporaries
+from ...order_model import OrderModel, OrderModelConfig, resampled_confidence, save_order_model
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from pathlib import Path
 
-from .loading import check_output_path
+from ..loading import check_output_path
 
 PASS_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from ..budgets import device_key, predicted_rate, temperature_key
-from ..decode import generate
-from ..loading import atomic_write_text, check_output_path
-from ..tree import WIDTH, tree_branch
+from ...budgets import device_key, predicted_rate, temperature_key
+from ...decode import generate
+from ...loading import atomic_write_text, check_output_path
+from ...tree import WIDTH, tree_branch
 
 MIN_GAIN = 0.03  # a tree must beat the root alone by 3% on both clocks to be chosen (`choose_measured`)
 

@@ -27,8 +27,8 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..decode import _check_args, generate
-from ..loading import atomic_write
+from ...decode import _check_args, generate
+from ...loading import atomic_write
 
 
 # The commit order's positions: int32 holds any block the decoder accepts (int8 wrapped positions >= 128 to negative

@@ -39,7 +39,7 @@ STAGES = ("draft", "score", "verify", "stale", "bookkeeping", "target")
 SYNC_OPS = frozenset({"aten._local_scalar_dense", "aten.nonzero", "aten.is_nonzero", "aten.masked_select",
                       "aten.unique_dim", "aten._unique2", "aten.unique_consecutive", "aten.nonzero_static_fallback"})
 
-_SPOT = Path(__file__).resolve().parent
+_SPOT = Path(__file__).resolve().parent.parent  # the runtime package, spot/
 _FILE_STAGES = {
     _SPOT / "tree.py": "draft", _SPOT / "drafters.py": "draft", _SPOT / "order_model.py": "draft",
     _SPOT / "online.py": "draft",

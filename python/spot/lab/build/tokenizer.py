@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from ..tokenizer import PRETOKENIZE_PATTERN, SPECIAL_TOKENS, Tokenizer, _require_tokenizers, load_tokenizer
+from ...tokenizer import PRETOKENIZE_PATTERN, SPECIAL_TOKENS, Tokenizer, _require_tokenizers, load_tokenizer
 
 DEFAULT_VOCAB_SIZE = 4096
 
@@ -132,7 +132,7 @@ def encode_documents(corpus_dir: str | os.PathLike, tokenizer: Tokenizer | None 
         flush()
     arr = np.concatenate(parts) if parts else np.zeros(0, dtype=np.uint16)
     if cache:
-        from ..loading import atomic_write_text, check_output_path  # torch: only when writing
+        from ...loading import atomic_write_text, check_output_path  # torch: only when writing
 
         check_output_path(npy)
         tmp = npy.with_suffix(".tmp.npy")

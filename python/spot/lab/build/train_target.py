@@ -21,8 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ..loading import atomic_write, atomic_write_text, remove_stale_temporaries, save_model
-from ..model import BlockDiffusionLM, ModelConfig
+from ...loading import atomic_write, atomic_write_text, remove_stale_temporaries, save_model
+from ...model import BlockDiffusionLM, ModelConfig
 
 
 @dataclass

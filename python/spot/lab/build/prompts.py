@@ -69,7 +69,7 @@ def training_prompts(corpus_dir, count: int, skip=(), skip_fresh: int = 0) -> tu
 
 def write_prompts(corpus_dir, out, count: int = 64) -> int:
     """Write `count` held-out prompts of `corpus_dir` as JSON to `out`; returns how many."""
-    from ..loading import atomic_write_text, check_output_path
+    from ...loading import atomic_write_text, check_output_path
 
     items = build_prompts(corpus_dir, count)
     check_output_path(out).parent.mkdir(parents=True, exist_ok=True)

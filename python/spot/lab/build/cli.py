@@ -46,7 +46,7 @@ def _floats(text: str, flag: str = "") -> list[float]:
 def _output(path, a, flag: str = "--out") -> Path:
     """`path`, checked before the step runs as every write will be (`spot.loading.check_output_path`): refused when
     it lies inside the installed package and --overwrite-shipped was not given."""
-    from ..loading import check_output_path, overwriting_shipped
+    from ...loading import check_output_path, overwriting_shipped
 
     with overwriting_shipped(a.overwrite_shipped):
         try:
@@ -70,7 +70,7 @@ def _check(a, rules: dict) -> None:
 
 
 def _tokenizer(a):
-    from ..tokenizer import load_tokenizer
+    from ...tokenizer import load_tokenizer
 
     path = a.tokenizer if a.tokenizer else (CACHE / "tokenizer.json" if (CACHE / "tokenizer.json").is_file() else None)
     tok = load_tokenizer(path)
@@ -102,7 +102,7 @@ def cmd_corpus(a) -> int:
 def cmd_tokenizer(a) -> int:
     import time
 
-    from ..tokenizer import load_tokenizer
+    from ...tokenizer import load_tokenizer
     from .tokenizer import encode_documents, train_tokenizer
 
     out = _output(a.out, a)
@@ -135,7 +135,7 @@ def cmd_prompts(a) -> int:
 
 
 def cmd_target(a) -> int:
-    from ..model import ModelConfig
+    from ...model import ModelConfig
     from .tokenizer import encode_documents
     from .train_target import TrainConfig, train
 
@@ -159,7 +159,7 @@ def cmd_target(a) -> int:
 
 
 def cmd_collect(a) -> int:
-    from ..cli_args import read_prompts_file, target_from_args
+    from ...cli_args import read_prompts_file, target_from_args
     from .collect import check_collect_args, collect
     from .prompts import training_prompts
 
@@ -217,7 +217,7 @@ def _load_trajectories(a) -> list:
 
 
 def cmd_evaluate(a) -> int:
-    from ..order_model import drafter_directory, load_order_model
+    from ...order_model import drafter_directory, load_order_model
     from .train_drafter import evaluate, format_evaluation
 
     _check(a, {"heldout_every": ("int", 1)})
@@ -230,7 +230,7 @@ def cmd_evaluate(a) -> int:
 
 
 def cmd_drafter(a) -> int:
-    from ..order_model import (OrderModelConfig, drafter_directory, load_order_model, token_bucket_counts,
+    from ...order_model import (OrderModelConfig, drafter_directory, load_order_model, token_bucket_counts,
                                with_resampled_inputs, with_token_inputs, without_token_inputs)
     import torch
 
@@ -267,10 +267,10 @@ def cmd_drafter(a) -> int:
 
 
 def cmd_tune(a) -> int:
-    from .. import load_drafter
-    from ..loading import load_target
+    from ... import load_drafter
+    from ...loading import load_target
     from .prompts import TUNE_POOL, build_prompts
-    from ..tree import WIDTH
+    from ...tree import WIDTH
     from .tune import MIN_GAIN, save_tuning, tune
 
     out = _output(a.out, a)
@@ -283,7 +283,7 @@ def cmd_tune(a) -> int:
             raise SystemExit(f"{flag}: expected integers >= 1, got {values}")
     if not temperatures or min(temperatures) < 0:
         raise SystemExit(f"--temperatures: expected temperatures >= 0, got {temperatures}")
-    from ..cli_args import check_device
+    from ...cli_args import check_device
 
     check_device(a.device)
     target = load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
@@ -308,12 +308,12 @@ def cmd_tune(a) -> int:
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     """The runtime CLI's target flags (a Hugging Face checkpoint directory with its --mask-token etc. included)."""
-    from ..cli_args import add_target_args
+    from ...cli_args import add_target_args
     add_target_args(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ..cli_args import Parser
+    from ...cli_args import Parser
 
     parser = Parser(prog="spot build", description=__doc__.split("\n\n")[0],
                     epilog="Every step's outputs default to .cache/ and chain into the next step.")
@@ -439,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="children per frontier node (default: the drafter's own, else spot.tree.BRANCH)")
     s.add_argument("--min-gain", type=float,
                    help="a tree is chosen only if it beats the root alone by this fraction on the wall and CPU clocks "
-                        "(default 0.03, spot.build.tune.MIN_GAIN)")
+                        "(default 0.03, spot.lab.build.tune.MIN_GAIN)")
     s.add_argument("--out", default=str(CACHE / "budgets.json"),
                    help="budgets table (the shipped one, read by --budget auto, is spot/weights/budgets.json)")
     s.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
@@ -453,7 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """`spot build`'s entry: the step runs with writes into the installed package allowed only when it was given
     --overwrite-shipped. Errors reach `spot.cli.main`'s error path (one line, no traceback unless asked for)."""
-    from ..loading import overwriting_shipped
+    from ...loading import overwriting_shipped
 
     args = build_parser().parse_args(argv)
     with overwriting_shipped(args.overwrite_shipped):

@@ -9,7 +9,7 @@ One held-out prompt, decoded by the embedded target with standard, confidence an
      done, which another job's load moves far less than it moves wall time), and what `--budget auto` picks here
      and why, from the tuned table (python/spot/weights/budgets.json, written by `spot build tune`);
   4. what the pass reduction is worth for an 8B-shaped model on an H200: a roofline projection of this run's own
-     commits per pass (spot/project.py, docs/projection.md), labelled as one.
+     commits per pass (spot/lab/project.py, docs/projection.md), labelled as one.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .budgets import BUDGETS_FILE, default_budget, device_key, tuned_entry
-from .decode import generate
+from ..budgets import BUDGETS_FILE, default_budget, device_key, tuned_entry
+from ..decode import generate
 from .plots import format_commit_order
 from .project import GPUS, LABEL, SHAPES, Acceptance, best, project
 
@@ -172,7 +172,7 @@ def _auto_lines(device, block_size: int, auto: int) -> list[str]:
 
 def demo_prompt(target) -> list[int]:
     """The first shipped held-out prompt (spot/assets), encoded."""
-    from .prompts import held_out_prompts
+    from ..prompts import held_out_prompts
 
     return target.tokenizer.encode(held_out_prompts(1)[0])
 
@@ -180,8 +180,8 @@ def demo_prompt(target) -> list[int]:
 def demo_screen(max_new_tokens: int = 96, block_size: int = 32, budgets=GPU_BUDGETS, device: str = "cpu",
                 rounds: int = ROUNDS) -> str:
     """The demo on the shipped embedded target and drafter (what `spot demo` prints)."""
-    from . import load_drafter
-    from .loading import load_target
+    from .. import load_drafter
+    from ..loading import load_target
 
     target = load_target("default", device=device)
     drafter = load_drafter(device=device)

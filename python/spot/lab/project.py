@@ -8,7 +8,7 @@ tokens/s against `standard` (one node, one commit per pass) for a named model sh
 
 What it leaves out (so a real GPU will do worse): drafting, scoring and verification time, activation traffic,
 and efficiency below peak. The decoder's launches are charged apart where the benchmark counted them
-(`dispatch_per_pass`, spot.dispatch_count): eager, every op outside the target's forward costs LAUNCH_US of host
+(`dispatch_per_pass`, spot.lab.dispatch_count): eager, every op outside the target's forward costs LAUNCH_US of host
 time; captured (CUDA graphs, docs/round.md), the round costs one GRAPH_REPLAY_US replay. Both constants are
 assumptions, labelled as such, until bench/gpu_check.sh measures them. `measure_pass_curve` times the real pass of a few
 layers of a model shape on a device (bench/gpu_bench.py runs it on a GPU), so the two can be set side by side.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from .loading import check_output_path
+from ..loading import check_output_path
 
 LABEL = "projection (roofline), not a measurement"
 # Host time per eager PyTorch op on a GPU (dispatch and launch), and per CUDA-graph replay of a captured round.
@@ -66,7 +66,7 @@ class Shape:
 
 
 def _embedded_shape() -> Shape:
-    cfg = json.loads((Path(__file__).parent / "weights" / "target.json").read_text())
+    cfg = json.loads((Path(__file__).parent.parent / "weights" / "target.json").read_text())
     d, h = cfg["d_model"], cfg["n_heads"]
     return Shape("embedded", d, cfg["n_layers"], h, cfg["n_kv_heads"], d // h, cfg["d_ff"], cfg["vocab_size"],
                  "python/spot/weights/target.json")
@@ -374,7 +374,7 @@ def plot(rows_by_shape: dict[str, list[dict]], path, title: str) -> None:
 
 def shape_config(shape: Shape, layers: int):
     """A `ModelConfig` of `shape`'s width with `layers` layers (its head_dim must be hidden / heads)."""
-    from .model import ModelConfig
+    from ..model import ModelConfig
 
     if shape.hidden != shape.heads * shape.head_dim:
         raise ValueError(f"{shape.name}: head_dim {shape.head_dim} x {shape.heads} heads != hidden {shape.hidden}; "
@@ -409,7 +409,7 @@ def measure_pass_curve(shape: Shape, nodes=(1, 2, 4, 8, 16, 32, 64), block: int 
     early, keeping the points so far, once time.time() passes `deadline`; `on_point(point)` sees each point."""
     import spot_kernels
 
-    from .model import BlockDiffusionLM, KVCache, TreeLayout, linear
+    from ..model import BlockDiffusionLM, KVCache, TreeLayout, linear
 
     torch.manual_seed(seed)
     cfg = shape_config(shape, layers)
