@@ -17,8 +17,9 @@ from spot.lab.dispatch_count import STAGES, DispatchCounter, format_per_pass
 
 def count(target, drafter, prompt: list[int], method: str, temperature: float, static: bool, budget: int = 16,
           block_size: int = 32, max_new_tokens: int = 64) -> dict:
-    kw = dict(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature, budget=budget,
-              static_round=static, **({"drafter": drafter} if method == "spot" else {}))
+    kw = dict(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
+              tree=spot.TreeSettings(budget=budget, static=static),
+              **({"drafter": drafter} if method == "spot" else {}))
     spot.generate(target, [prompt], method, **kw)
     with DispatchCounter() as counter:
         out = spot.generate(target, [prompt], method, **kw)

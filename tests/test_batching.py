@@ -6,6 +6,7 @@ import torch
 
 import spot
 from spot.decode import generate
+from spot.settings import Batching
 from spot.order_model import LearnedDrafter
 
 from tiny import sharp_target, small_model
@@ -44,8 +45,8 @@ def test_a_rows_tokens_do_not_depend_on_its_batch(target, block_size, temperatur
     for method in ("standard", "confidence", "spot"):
         extra = dict(drafter=drafter) if method == "spot" else {}
         runs = {"per-row": generate(target, PROMPTS, method, **extra, **kw),
-                "lock-step": generate(target, PROMPTS, method, lockstep=True, **extra, **kw),
-                "3 rows": generate(target, PROMPTS, method, max_batch=3, **extra, **kw)}
+                "lock-step": generate(target, PROMPTS, method, batching=Batching(lockstep=True), **extra, **kw),
+                "3 rows": generate(target, PROMPTS, method, batching=Batching(max_batch=3), **extra, **kw)}
         for name, out in runs.items():
             assert out.tokens == want, (method, name)
         assert torch.equal(runs["per-row"].orders, runs["lock-step"].orders)
@@ -57,7 +58,7 @@ def test_a_rows_tokens_do_not_depend_on_its_batch(target, block_size, temperatur
 
 def test_oracle_through_one_row(target):
     kw = dict(max_new_tokens=8, block_size=4, temperature=1.0, seed=3, budget=8, eos_id=None)
-    out = generate(target, PROMPTS, "oracle", max_batch=1, **kw)
+    out = generate(target, PROMPTS, "oracle", batching=Batching(max_batch=1), **kw)
     assert out.tokens == _alone(target, "standard", **kw)
     assert out.stats.target_passes < 8 * 8
 
@@ -68,7 +69,7 @@ def test_rows_advance_at_their_own_pace(target):
     kw = dict(max_new_tokens=32, block_size=8, temperature=0.0, seed=0, budget=8, eos_id=None)
     alone = [generate(target, [p], "confidence", rows=[i], **kw).stats.target_passes for i, p in enumerate(PROMPTS)]
     per_row = generate(target, PROMPTS, "confidence", **kw).stats.target_passes
-    lock = generate(target, PROMPTS, "confidence", lockstep=True, **kw).stats.target_passes
+    lock = generate(target, PROMPTS, "confidence", batching=Batching(lockstep=True), **kw).stats.target_passes
     assert per_row == max(alone) <= lock
     assert per_row < lock, "the rows' block pass counts never differed: the test proves nothing"
 
@@ -76,7 +77,7 @@ def test_rows_advance_at_their_own_pace(target):
 def test_finished_rows_leave_and_waiting_prompts_take_their_place(target):
     """Through 2 rows, 8 prompts cost about their passes laid end to end two at a time, never all 8 at once."""
     kw = dict(max_new_tokens=8, block_size=4, temperature=0.0, seed=0, eos_id=None)
-    out = generate(target, PROMPTS, "standard", max_batch=2, **kw)
+    out = generate(target, PROMPTS, "standard", batching=Batching(max_batch=2), **kw)
     assert out.tokens == _alone(target, "standard", **kw)
     assert out.stats.target_passes == 8 * 8 // 2  # standard: 8 passes a prompt, two prompts per pass
 
@@ -104,14 +105,14 @@ def test_the_cache_holds_the_longest_row_only(target):
 
 
 def test_max_batch_is_checked_and_lock_step_targets_refuse_it(target):
-    with pytest.raises(ValueError, match="max_batch"):
-        generate(target, PROMPTS, "standard", max_new_tokens=4, block_size=4, max_batch=0)
+    with pytest.raises(ValueError, match="Batching.max_batch: expected None or >= 1, got 0"):
+        generate(target, PROMPTS, "standard", max_new_tokens=4, block_size=4, batching=Batching(max_batch=0))
     pytest.importorskip("transformers")
     import hf_tiny
 
     hf = spot.HFTarget(hf_tiny.model("qwen3"), mask_id=hf_tiny.MASK_ID)
     with pytest.raises(ValueError, match="lock-step"):
-        generate(hf, hf_tiny.PROMPTS, "standard", max_new_tokens=4, block_size=4, max_batch=2)
+        generate(hf, hf_tiny.PROMPTS, "standard", max_new_tokens=4, block_size=4, batching=Batching(max_batch=2))
 
 
 def test_a_rows_float32_logits_do_not_depend_on_its_left_padding():

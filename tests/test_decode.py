@@ -9,6 +9,7 @@ import torch
 import spot
 import spot_kernels
 from spot.decode import generate
+from spot.settings import Batching, TreeSettings
 
 from tiny import PROMPTS, sharp_target
 
@@ -70,10 +71,9 @@ def test_scoring_the_accepted_chain_equals_scoring_every_node(target, method):
     accepted = 0
     for block_size, temperature in itertools.product([4, 16], [0.0, 0.7]):
         for prompts in ([PROMPTS[2]], PROMPTS):
-            kw = dict(max_new_tokens=_max_new(block_size), block_size=block_size, temperature=temperature, seed=4,
-                      budget=8)
-            every = _run(target, prompts, method, score_all_nodes=True, **kw)
-            chain = _run(target, prompts, method, score_all_nodes=False, **kw)
+            kw = dict(max_new_tokens=_max_new(block_size), block_size=block_size, temperature=temperature, seed=4)
+            every = _run(target, prompts, method, tree=TreeSettings(budget=8, score_all_nodes=True), **kw)
+            chain = _run(target, prompts, method, tree=TreeSettings(budget=8, score_all_nodes=False), **kw)
             assert chain.tokens == every.tokens and torch.equal(chain.orders, every.orders)
             assert chain.stats.target_passes == every.stats.target_passes
             assert chain.stats.commits_per_pass == every.stats.commits_per_pass
@@ -107,7 +107,7 @@ def test_broken_acceptance_rule_is_caught(target, monkeypatch):
         return real(parents, draft_pos, forged, target_pos, target_tokens, block, **kw)
 
     # every node scored: scoring only the accepted chain would leave the forged child without a commit of its own
-    kw = dict(max_new_tokens=32, block_size=16, temperature=1.0, seed=0, score_all_nodes=True)
+    kw = dict(max_new_tokens=32, block_size=16, temperature=1.0, seed=0, tree=TreeSettings(score_all_nodes=True))
     ref = _run(target, PROMPTS, "standard", **kw)
     assert _run(target, PROMPTS, "confidence", **kw).tokens == ref.tokens
     monkeypatch.setattr(spot_kernels, "verify_tree", accept_on_position_only)
@@ -181,6 +181,74 @@ def test_bad_arguments(target, kwargs, exc, word):
     args.update(kwargs)
     with pytest.raises(exc, match=word.replace("[", r"\[").replace("]", r"\]")):
         generate(target, args.pop("prompts"), args.pop("method"), **args)
+
+
+@pytest.mark.parametrize("kind, fields, exc, message", [
+    (TreeSettings, dict(budget=0), ValueError, "TreeSettings.budget: expected >= 1, got 0"),
+    (TreeSettings, dict(width=True), TypeError, "TreeSettings.width: expected an int, got a bool"),
+    (TreeSettings, dict(width=0), ValueError, "TreeSettings.width: expected >= 1, got 0"),
+    (TreeSettings, dict(branch=0), ValueError, "TreeSettings.branch: expected >= 1, got 0"),
+    (TreeSettings, dict(branch=2.0), TypeError, "TreeSettings.branch: expected an int, got float"),
+    (TreeSettings, dict(static=1), TypeError, "TreeSettings.static: expected None or a bool, got int"),
+    (TreeSettings, dict(score_all_nodes="yes"), TypeError, "TreeSettings.score_all_nodes: expected None or a bool"),
+    (TreeSettings, dict(compile=""), TypeError, "TreeSettings.compile: expected None or a torch.compile backend"),
+    (TreeSettings, dict(compile=3), TypeError, "TreeSettings.compile: expected None or a torch.compile backend"),
+    (TreeSettings, dict(compile="inductor", static=False), ValueError,
+     "TreeSettings.compile: a compiled round is a static one"),
+    (Batching, dict(max_batch=0), ValueError, "Batching.max_batch: expected None or >= 1, got 0"),
+    (Batching, dict(max_batch="2"), TypeError, "Batching.max_batch: expected an int, got str"),
+    (Batching, dict(lockstep=1), TypeError, "Batching.lockstep: expected a bool, got int"),
+])
+def test_settings_objects_refuse_a_bad_field_by_name(kind, fields, exc, message):
+    with pytest.raises(exc, match=message.replace(".", r"\.")):
+        kind(**fields)
+
+
+def test_settings_objects_are_frozen_and_resolve_their_defaults():
+    import dataclasses
+
+    import numpy as np
+
+    tree = TreeSettings(budget=np.int64(4), branch=np.int32(2))
+    assert tree.budget == 4 and type(tree.budget) is int and type(tree.branch) is int
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tree.budget = 5
+    cpu, accelerator = torch.device("cpu"), torch.device("meta")
+    assert TreeSettings().resolved(None, cpu) == TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH, static=False,
+                                                              score_all_nodes=False)
+    assert TreeSettings().resolved(None, accelerator) == TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH,
+                                                                      static=True, score_all_nodes=True)
+    assert TreeSettings(compile="inductor").resolved(None, cpu).static is True
+    assert TreeSettings(static=False, score_all_nodes=True).resolved(None, accelerator) == \
+        TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH, static=False, score_all_nodes=True)
+
+    class Drafter:
+        branch = 6
+
+    assert TreeSettings().resolved(Drafter(), cpu).branch == 6 and TreeSettings(branch=3).resolved(
+        Drafter(), cpu).branch == 3
+    assert Batching() == Batching(max_batch=None, lockstep=False)
+
+
+def test_generate_reads_its_settings_objects(target):
+    """budget= is tree.budget's shortcut (given, it replaces the tree's); a settings object of the wrong kind is
+    refused by its argument's name."""
+    kw = dict(max_new_tokens=16, block_size=8, temperature=0.7, seed=2)
+    runs = {"budget=4": _run(target, PROMPTS, "confidence", budget=4, **kw),
+            "tree": _run(target, PROMPTS, "confidence", tree=TreeSettings(budget=4), **kw),
+            "both": _run(target, PROMPTS, "confidence", tree=TreeSettings(budget=16), budget=4, **kw)}
+    root_alone = _run(target, PROMPTS, "confidence", tree=TreeSettings(budget=1), **kw)
+    standard = _run(target, PROMPTS, "standard", **kw)
+    for name, out in runs.items():
+        assert out.tokens == standard.tokens, name
+        assert out.stats.commits_per_pass == runs["tree"].stats.commits_per_pass, name
+    assert runs["tree"].stats.target_passes < root_alone.stats.target_passes == standard.stats.target_passes
+    with pytest.raises(TypeError, match="tree: expected a spot.TreeSettings or None, got dict"):
+        generate(target, PROMPTS, "standard", tree={"budget": 4})
+    with pytest.raises(TypeError, match="batching: expected a spot.Batching or None, got TreeSettings"):
+        generate(target, PROMPTS, "standard", batching=TreeSettings())
+    with pytest.raises(ValueError, match="budget: expected >= 1, got 0"):
+        generate(target, PROMPTS, "standard", tree=TreeSettings(budget=4), budget=0)
 
 
 def test_target_type_checked():

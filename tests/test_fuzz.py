@@ -21,6 +21,7 @@ import torch
 
 from spot import ConfidenceDrafter
 from spot.decode import generate
+from spot.settings import TreeSettings
 from spot.model import BlockDiffusionLM, ModelConfig
 from spot.target import ModelTarget
 from spot_kernels import CONFIDENCE_KINDS
@@ -473,7 +474,7 @@ def generate_case(draw):
     block_size = draw(st.integers(2, 8))
     kw = dict(max_new_tokens=draw(st.integers(block_size, 2 * block_size)), block_size=block_size,
               temperature=draw(st.sampled_from([0.0, 0.7, 1.0])), seed=draw(st.integers(0, 2**32)),
-              budget=draw(st.integers(1, 8)), width=draw(st.integers(1, 4)), branch=draw(st.integers(1, 4)),
+              tree=TreeSettings(draw(st.integers(1, 8)), width=draw(st.integers(1, 4)), branch=draw(st.integers(1, 4))),
               confidence=draw(st.sampled_from(CONFIDENCE_KINDS)), eos_id=draw(st.sampled_from([None, -1])))
     return cfg, weights, prompts, kw
 

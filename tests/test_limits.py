@@ -89,7 +89,7 @@ def test_item4_continuous_batching_counts_the_rows_in_flight(target, monkeypatch
     peaks = {}
     for n in (200, 2000):
         record = _pass_bytes(target, monkeypatch)
-        out = spot.generate(target, [[5, 6, 7]] * n, "confidence", max_batch=8, **settings)
+        out = spot.generate(target, [[5, 6, 7]] * n, "confidence", batching=spot.Batching(max_batch=8), **settings)
         monkeypatch.undo()
         monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "0.001")
         assert len(out.tokens) == n and out.tokens[0] == out.tokens[-1]

@@ -7,6 +7,7 @@ import torch
 
 import spot
 from spot.decode import generate
+from spot.settings import Batching
 from spot.drafters import ConfidenceDrafter, StaleFeatures
 from spot.online import FEATURE_SETS, OnlineCalibrated
 from spot.order_model import SHIPPED_DRAFTERS, LearnedDrafter
@@ -48,7 +49,7 @@ def test_online_drafter_is_exact(target, block_size, temperature, base):
             assert out.tokens[0] == ref.tokens[i] and torch.equal(out.orders[0], ref.orders[i])
         out = generate(target, PROMPTS, "spot", drafter=drafter, seed=seed, **kw)
         assert out.tokens == ref.tokens and torch.equal(out.orders, ref.orders)
-        out = generate(target, PROMPTS, "spot", drafter=drafter, seed=seed, max_batch=3, **kw)
+        out = generate(target, PROMPTS, "spot", drafter=drafter, seed=seed, batching=Batching(max_batch=3), **kw)
         assert out.tokens == ref.tokens and torch.equal(out.orders, ref.orders)
     assert drafter.observed > 0
     assert not torch.equal(drafter.weights, drafter.init.expand_as(drafter.weights))

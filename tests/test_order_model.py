@@ -225,7 +225,8 @@ def test_a_drafter_carries_its_tree_branch(tmp_path, target, monkeypatch):
     monkeypatch.setattr(spot.round, "grow_tree", recording)
     kw = dict(max_new_tokens=8, block_size=4, eos_id=None, budget=6)
     ref = spot.generate(target, PROMPTS, "standard", **kw)
-    for method, extra, want in (("spot", {"drafter": drafter}, 7), ("spot", {"drafter": drafter, "branch": 3}, 3),
+    for method, extra, want in (("spot", {"drafter": drafter}, 7),
+                                ("spot", {"drafter": drafter, "tree": spot.TreeSettings(branch=3)}, 3),
                                 ("spot", {"drafter": LearnedDrafter(model)}, spot.tree.BRANCH),
                                 ("confidence", {}, spot.tree.BRANCH)):
         seen.clear()
@@ -275,8 +276,8 @@ def test_decoder_resamples_at_the_nodes_step(temperature):
     target (same passes as `oracle`), and exact; shifting the step it reads by one costs passes."""
     target = StateBlindTarget(seed=1)
     prompts = [[1, 2, 3], [4] * 5]
-    kw = dict(max_new_tokens=16, block_size=8, temperature=temperature, seed=3, eos_id=None, budget=5, width=1,
-              branch=1)
+    kw = dict(max_new_tokens=16, block_size=8, temperature=temperature, seed=3, eos_id=None,
+              tree=spot.TreeSettings(budget=5, width=1, branch=1))
     ref = spot.generate(target, prompts, "standard", **kw)
     oracle = spot.generate(target, prompts, "oracle", **kw)
     drafter = LearnedDrafter(ResampledOrder())

@@ -649,12 +649,13 @@ def test_generate_with_triton_equals_reference(backend, monkeypatch, score_all_n
     the model's mask ops run through Triton too (T = 0 is covered op by op in tests/test_<family>.py). Both ways of
     scoring a tree: every node in one call (as on a GPU) and the accepted chain only (the CPU default)."""
     from spot.decode import generate
+    from spot.settings import TreeSettings
     from tiny import PROMPTS, sharp_target
 
     target = sharp_target(dtype=torch.float32)
     target.model.to(backend.device)
-    kw = dict(max_new_tokens=4, block_size=4, temperature=0.7, seed=3, budget=4, top_k=4, eos_id=None,
-              score_all_nodes=score_all_nodes)
+    kw = dict(max_new_tokens=4, block_size=4, temperature=0.7, seed=3, top_k=4, eos_id=None,
+              tree=TreeSettings(budget=4, score_all_nodes=score_all_nodes))
     prompts = PROMPTS[:2]
     monkeypatch.setenv("SPOT_BACKEND", "reference")
     want = generate(target, prompts, "confidence", **kw)

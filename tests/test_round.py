@@ -46,11 +46,11 @@ def test_static_tree_is_the_host_tree_with_padding_slots(budget, width, branch, 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("batch", [1, 4])
 def test_static_round_is_exact_in_the_same_passes(target, method, temperature, batch):
-    kw = dict(max_new_tokens=12, block_size=8, temperature=temperature, seed=3, eos_id=None, budget=6)
+    kw = dict(max_new_tokens=12, block_size=8, temperature=temperature, seed=3, eos_id=None)
     extra = {"drafter": LearnedDrafter(small_model(1))} if method == "spot" else {}
     ref = spot.generate(target, PROMPTS[:batch], "standard", **kw)
-    host = spot.generate(target, PROMPTS[:batch], method, static_round=False, **extra, **kw)
-    static = spot.generate(target, PROMPTS[:batch], method, static_round=True, **extra, **kw)
+    host = spot.generate(target, PROMPTS[:batch], method, tree=spot.TreeSettings(6, static=False), **extra, **kw)
+    static = spot.generate(target, PROMPTS[:batch], method, tree=spot.TreeSettings(6, static=True), **extra, **kw)
     assert static.tokens == host.tokens == ref.tokens
     assert static.stats.target_passes == host.stats.target_passes < ref.stats.target_passes
     assert torch.equal(static.orders, ref.orders) and torch.equal(host.orders, ref.orders)
@@ -60,7 +60,8 @@ def test_static_round_is_exact_in_the_same_passes(target, method, temperature, b
 def test_the_static_round_syncs_once_per_pass_outside_the_target(target, method):
     """Outside the target's forward a pass makes one host sync (the loop's: which blocks are complete), none of
     them inside the round (draft, score, verify, stale features)."""
-    kw = dict(max_new_tokens=16, block_size=8, temperature=1.0, budget=6, static_round=True, max_batch=2)
+    kw = dict(max_new_tokens=16, block_size=8, temperature=1.0, tree=spot.TreeSettings(budget=6, static=True),
+              batching=spot.Batching(max_batch=2))
     extra = {"drafter": LearnedDrafter(small_model(2))} if method == "spot" else {}
     spot.generate(target, PROMPTS, method, **extra, **kw)
     with DispatchCounter() as counter:
@@ -95,12 +96,12 @@ class _Graphs:
 def test_the_compiled_round_has_no_graph_break_and_the_eager_tokens(target, method, temperature, block_size,
                                                                     budget, batch):
     torch._dynamo.reset()
-    kw = dict(max_new_tokens=block_size, block_size=block_size, temperature=temperature, seed=1, eos_id=None,
-              budget=budget)
+    kw = dict(max_new_tokens=block_size, block_size=block_size, temperature=temperature, seed=1, eos_id=None)
     extra = {"drafter": LearnedDrafter(small_model(3))} if method == "spot" else {}
-    eager = spot.generate(target, PROMPTS[:batch], method, static_round=True, **extra, **kw)
+    eager = spot.generate(target, PROMPTS[:batch], method, tree=spot.TreeSettings(budget, static=True), **extra, **kw)
     graphs = _Graphs()
-    compiled = spot.generate(target, PROMPTS[:batch], method, compile_round=graphs, **extra, **kw)
+    compiled = spot.generate(target, PROMPTS[:batch], method, tree=spot.TreeSettings(budget, compile=graphs), **extra,
+                             **kw)
     assert compiled.tokens == eager.tokens and torch.equal(compiled.orders, eager.orders)
     assert compiled.stats.target_passes == eager.stats.target_passes
     assert graphs.count >= 2  # both halves of the round were traced (fullgraph=True: a break would raise)
@@ -108,10 +109,11 @@ def test_the_compiled_round_has_no_graph_break_and_the_eager_tokens(target, meth
 
 def test_the_round_compiles_with_inductor(target):
     torch._dynamo.reset()
-    kw = dict(max_new_tokens=8, block_size=8, temperature=1.0, seed=2, eos_id=None, budget=4)
+    kw = dict(max_new_tokens=8, block_size=8, temperature=1.0, seed=2, eos_id=None)
     drafter = LearnedDrafter(small_model(4))
-    eager = spot.generate(target, PROMPTS[:2], "spot", drafter=drafter, static_round=True, **kw)
-    compiled = spot.generate(target, PROMPTS[:2], "spot", drafter=drafter, compile_round="inductor", **kw)
+    eager = spot.generate(target, PROMPTS[:2], "spot", drafter=drafter, tree=spot.TreeSettings(4, static=True), **kw)
+    inductor = spot.TreeSettings(4, compile="inductor")
+    compiled = spot.generate(target, PROMPTS[:2], "spot", drafter=drafter, tree=inductor, **kw)
     assert compiled.tokens == eager.tokens and compiled.stats.target_passes == eager.stats.target_passes
 
 
@@ -135,7 +137,8 @@ def test_the_gpu_round_check_runs_dry_on_cpu(tmp_path):
 def test_bench_reports_the_decoders_ops_and_syncs_per_pass(target):
     from spot.lab.bench import format_report, run_bench
 
-    kw = dict(max_new_tokens=8, block_size=4, temperature=0.0, eos_id=None, budget=4, static_round=True)
+    kw = dict(max_new_tokens=8, block_size=4, temperature=0.0, eos_id=None, budget=4,
+              tree=spot.TreeSettings(static=True))
     report = run_bench(target, PROMPTS[:2], ["spot"], drafter=LearnedDrafter(small_model(5)), progress=False, **kw)
     spot_counts = report["methods"]["spot"]["dispatch_per_pass"]
     standard_counts = report["methods"]["standard"]["dispatch_per_pass"]

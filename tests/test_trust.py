@@ -230,7 +230,8 @@ def test_item3_sizes_are_refused_before_allocating():
     small = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64)
     target = spot.load_target("random", config=ModelConfig(**small))
     with pytest.raises(ValueError, match="budget / width / branch.*SPOT_MEMORY_LIMIT_GB"):
-        spot.generate(target, [[5, 6]], "confidence", max_new_tokens=8, block_size=4, width=10**6, branch=10**6)
+        spot.generate(target, [[5, 6]], "confidence", max_new_tokens=8, block_size=4,
+                      tree=spot.TreeSettings(width=10**6, branch=10**6))
     for field, value in (("n_layers", 10**6), ("d_model", 10**9)):
         t0 = time.perf_counter()
         with pytest.raises(ValueError, match=f"'{field}' \\({value}\\).*SPOT_MEMORY_LIMIT_GB"):

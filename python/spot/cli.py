@@ -7,12 +7,14 @@ Every error of `spot` and `spot build` goes through `main`: one line naming the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
 
 from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
-from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
+from .decode import CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, generate
+from .settings import Batching, TreeSettings
 from .tree import BRANCH, WIDTH, tree_branch
 
 
@@ -63,26 +65,35 @@ def _budget(a) -> int:
 
 
 def _settings(a) -> dict:
+    """generate's keyword arguments from the flags (a bad --width or --branch ends the command, named)."""
+    with _named_flags():
+        tree = TreeSettings(width=a.width, branch=a.branch)
     return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
-                budget=_budget(a), width=a.width, branch=a.branch, confidence=a.confidence,
-                eos_id=None if a.ignore_eos else -1, allow_partial_block=a.allow_partial_block)
+                budget=_budget(a), tree=tree, confidence=a.confidence, eos_id=None if a.ignore_eos else -1,
+                allow_partial_block=a.allow_partial_block)
 
 
 _FLAGS = ("max_new_tokens", "block_size", "temperature", "seed", "budget", "width", "branch", "confidence",
           "allow_partial_block")
 
 
+@contextlib.contextmanager
+def _named_flags():
+    """An argument error of `generate` (or of its TreeSettings) ends the command naming the flag instead."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        message = re.sub(r"\b(?:TreeSettings\.)?(" + "|".join(_FLAGS) + r")\b(=True)?",
+                         lambda m: "--" + m[1].replace("_", "-"), str(e))
+        raise SystemExit(message) from None
+
+
 def _check_settings(target, prompts, settings: dict) -> None:
     """The decoding settings checked as `generate` will check them, before any decoding; errors name the flags."""
     s = dict(settings)
-    try:
-        _check_args(target, prompts, "standard", s.pop("max_new_tokens"), s.pop("block_size"), s.pop("temperature"),
-                    s.pop("seed"), s.pop("budget"), s.pop("width"), tree_branch(None, s.pop("branch")), None,
-                    s.pop("confidence"), 32, s.pop("eos_id"), None, s.pop("allow_partial_block"))
-    except (TypeError, ValueError) as e:
-        message = re.sub(r"\b(" + "|".join(_FLAGS) + r")\b(=True)?", lambda m: "--" + m[1].replace("_", "-"),
-                         str(e))
-        raise SystemExit(message) from None
+    with _named_flags():
+        _check_args(target, prompts, "standard", tree=_tree_settings(s.pop("tree"), s.pop("budget")),
+                    batching=Batching(), drafter=None, top_k=32, **s)
 
 
 def _at_least(a, minimums: dict) -> None:

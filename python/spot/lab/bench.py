@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -14,6 +15,7 @@ from tqdm import tqdm
 
 from ..decode import generate
 from ..loading import atomic_write_text, check_output_path
+from ..settings import TreeSettings
 from .dispatch_count import DispatchCounter
 
 
@@ -83,9 +85,12 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     target's forward), what a GPU pays in launches and synchronisations (docs/round.md); oracle is not counted."""
     _check_prompts_and_batch(prompts, batch_size)
     methods = ["standard"] + [m for m in methods if m != "standard"]
-    budgets = list(budgets) if budgets else [settings.get("budget", 16)]
+    if not budgets:
+        budgets = [settings["budget"] if settings.get("budget") is not None else
+                   (settings.get("tree") or TreeSettings()).budget]
+    budgets = list(budgets)
     settings["budget"] = budgets[0]
-    report = {"settings": {**settings, "batch_size": batch_size, "num_prompts": len(prompts),
+    report = {"settings": {**_json_settings(settings), "batch_size": batch_size, "num_prompts": len(prompts),
                            "dtype": str(getattr(target, "dtype", "")), "device": str(target.device),
                            "torch": torch.__version__, "machine": platform.machine()},
               "methods": {}}
@@ -150,6 +155,18 @@ def count_dispatch(target, prompts: list[list[int]], method: str, *, drafter=Non
     with DispatchCounter() as counter:
         out = generate(target, prompts, method, rows=list(range(len(prompts))), **extra, **settings)
     return counter.per_pass(out.stats.target_passes)
+
+
+def _json_settings(settings: dict) -> dict:
+    """generate's settings as the report's JSON keeps them: a settings object's fields (TreeSettings: width,
+    branch, static, ...) flat beside the others; the budget is the report's own."""
+    flat = {}
+    for key, value in settings.items():
+        if dataclasses.is_dataclass(value):
+            flat.update({k: v for k, v in dataclasses.asdict(value).items() if k != "budget"})
+        else:
+            flat[key] = value
+    return flat
 
 
 def _empty_run() -> dict:

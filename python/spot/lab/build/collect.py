@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from ...decode import _check_args, generate
 from ...loading import atomic_write
+from ...settings import Batching, TreeSettings
 
 
 # The commit order's positions: int32 holds any block the decoder accepts (int8 wrapped positions >= 128 to negative
@@ -94,8 +95,10 @@ def check_collect_args(target, prompts, block_sizes, temperatures, max_new_token
         raise ValueError(f"first_row: expected an int >= 0, got {first_row!r}")
     for B in block_sizes:
         for T in temperatures:
-            _check_args(target, prompts, "standard", max_new_tokens, B, T, seed, 1, 1, 1, None, "prob", top_k,
-                        None, list(range(first_row, first_row + len(prompts))))
+            _check_args(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=B, temperature=T,
+                        seed=seed, tree=TreeSettings(budget=1, width=1, branch=1), batching=Batching(), drafter=None,
+                        confidence="prob", top_k=top_k, eos_id=None,
+                        rows=list(range(first_row, first_row + len(prompts))))
 
 
 def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),

@@ -14,6 +14,7 @@ import torch
 from ...budgets import device_key, predicted_rate, temperature_key
 from ...decode import generate
 from ...loading import atomic_write_text, check_output_path
+from ...settings import TreeSettings
 from ...tree import WIDTH, tree_branch
 
 MIN_GAIN = 0.03  # a tree must beat the root alone by 3% on both clocks to be chosen (`choose_measured`)
@@ -55,7 +56,7 @@ def tune(target, drafter, prompts, *, block_size: int, budgets=(1, 2, 4, 8, 16),
     seconds, cpu_seconds = dict.fromkeys(budgets, 0.0), dict.fromkeys(budgets, 0.0)
     tokens, passes = dict.fromkeys(budgets, 0), dict.fromkeys(budgets, 0)
     stages = {n: Counter() for n in budgets}
-    settings = dict(width=width, branch=branch, block_size=block_size, temperature=temperature,
+    settings = dict(tree=TreeSettings(width=width, branch=branch), block_size=block_size, temperature=temperature,
                     max_new_tokens=max_new_tokens, eos_id=None)
     generate(target, prompts[:1], "spot", drafter=drafter, budget=max(budgets), **{**settings, "max_new_tokens":
                                                                                    block_size})  # warm-up
