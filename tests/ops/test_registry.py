@@ -27,7 +27,7 @@ from helpers import (CPU_OPS, I64, ON_GPU, WITH_CPU, WITH_CUDA, capture, childre
                      random_trees, score_inputs)
 from samples import sample_args
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 OPS = list(SCHEMAS)
 PUBLIC_OPS = OPS + ["tree_mask_mod"]
 # Ops with a C++ CPU kernel (csrc/cpu/), which "auto" takes for CPU tensors when the extension is loaded.
@@ -101,7 +101,7 @@ def test_each_schema_is_written_once_in_the_source_tree():
 def test_every_family_stem_has_a_file_in_every_backend_folder_and_in_tests():
     for family in sorted(set(FAMILIES.values())):
         for path in (f"spot_kernels/ops/{family}.py", f"spot_kernels/reference/{family}.py",
-                     f"spot_kernels/triton/{family}.py", f"csrc/cuda/{family}.cu", f"tests/test_{family}.py"):
+                     f"spot_kernels/triton/{family}.py", f"csrc/cuda/{family}.cu", f"tests/ops/test_{family}.py"):
             assert (ROOT / path).is_file(), path
 
 
