@@ -1,45 +1,115 @@
-"""Issue #31 ("Trust, round two"), item 11: errors that name the argument or the file where raw exceptions
-(KeyError, IndexError, RecursionError, OverflowError) came out, and callbacks checked before the first pass."""
+"""Weights, configs and drafter specs are checked at load time, errors naming the file and the field: integer
+weights, wrong types or sizes, unknown or missing fields, a config that does not match its weights, one nested too
+deeply or holding a huge number, a weights file that is not a regular file, an unknown online feature set; the
+shipped weights pass (issue #18, item 6; issue #31, item 11)."""
 
 import json
 
 import pytest
 import spot
 import torch
-from spot.model import ModelConfig
+from safetensors.torch import load_file, save_file
+from spot.decode import generate
+from spot.loading import load_model, load_target, save_model
+from spot.model import BlockDiffusionLM, ModelConfig
 from spot.order_model import OrderModel, load_order_model, save_order_model
 
-from tiny import SMALL
+from tiny import SMALL, TINY, sharp_target
 
 
 @pytest.fixture(scope="module")
 def target():
-    return spot.load_target("random", config=ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4,
-                                                         n_kv_heads=2, d_ff=64))
+    return sharp_target()
 
+
+# ---- 6. checks at load time -----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def saved_target(tmp_path):
+    torch.manual_seed(0)
+    save_model(BlockDiffusionLM(TINY), tmp_path)
+    return tmp_path
+
+
+def _edit_json(path, **changes):
+    meta = json.loads(path.read_text())
+    for k, v in changes.items():
+        if v is _DROP:
+            del meta[k]
+        else:
+            meta[k] = v
+    path.write_text(json.dumps(meta))
+
+
+_DROP = object()
+
+
+def test_item6_integer_weights_are_refused(saved_target):
+    path = saved_target / "target.safetensors"
+    state = load_file(str(path))
+    state["embed.weight"] = state["embed.weight"].long()
+    save_file(state, str(path))
+    with pytest.raises(ValueError, match=r"target\.safetensors.*'embed\.weight'.*int64"):
+        load_target(str(saved_target))
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(n_heads=0), r"json: .*'n_heads'"), (dict(n_heads=3), r"json: .*'n_heads'"),
+    (dict(d_model="32"), r"json: .*'d_model'"), (dict(d_model=32.0), r"json: .*'d_model'"),
+    (dict(vocab_size=True), r"json: .*'vocab_size'"), (dict(rope_theta=_DROP), r"json: .*lacks .*'rope_theta'"),
+    (dict(mask_id=1, eos_id=1), r"json: .*'mask_id' and 'eos_id'"), (dict(eos_id=97), r"json: .*'eos_id'"),
+    (dict(norm_eps="tiny"), r"json: .*'norm_eps'"), (dict(colour=1), r"json: .*unknown .*'colour'"),
+    (dict(n_layers=3), r"safetensors: .*missing \['layers\.2"), (dict(d_ff=65), r"safetensors: .*shape"),
+])
+def test_item6_target_config_is_checked_at_load(saved_target, changes, words):
+    """Wrong types, sizes, unknown or missing fields fail at load with the file and field named; a config that does
+    not match its weights names the weights file and the tensor."""
+    _edit_json(saved_target / "target.json", **changes)
+    with pytest.raises(ValueError, match=r"target\." + words):
+        load_model(saved_target)
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(n_heads=7), "n_heads"), (dict(n_heads=0), "n_heads"), (dict(d_model="32"), "d_model"),
+    (dict(d_ff=64.0), "d_ff"), (dict(top_k=_DROP), "top_k"), (dict(resampled=1), "resampled"),
+    (dict(max_block=16), "pos"),
+])
+def test_item6_drafter_config_is_checked_at_load(tmp_path, changes, field):
+    torch.manual_seed(0)
+    save_order_model(OrderModel(SMALL), tmp_path)
+    meta = json.loads((tmp_path / "drafter.json").read_text())
+    for k, v in changes.items():
+        if v is _DROP:
+            del meta["config"][k]
+        else:
+            meta["config"][k] = v
+    (tmp_path / "drafter.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=rf"drafter\.(json|safetensors).*{field}"):
+        spot.load_drafter(str(tmp_path))
+
+
+def test_item6_random_target_config_is_checked(target):
+    """The same checks for a config handed to load_target("random"), and a drafter too small for the block is
+    refused before decoding."""
+    from dataclasses import replace
+
+    with pytest.raises(ValueError, match=r"config=\.\.\.\): config field 'n_heads'"):
+        load_target("random", config=replace(TINY, n_heads=3))
+    torch.manual_seed(0)
+    small = spot.LearnedDrafter(OrderModel(replace(SMALL, max_block=4)))
+    with pytest.raises(ValueError, match="block_size: 8 exceeds the drafter's max_block 4"):
+        generate(target, [[5, 6]], "spot", drafter=small, max_new_tokens=8, block_size=8)
+
+
+def test_shipped_weights_pass_the_load_checks():
+    assert load_target().vocab_size > 0 and spot.load_drafter().model.cfg.n_heads > 0
+
+
+# ---- errors that name the file where raw exceptions came out -------------------------------------------------------
 
 def test_an_unknown_online_feature_set_is_named():
     with pytest.raises(ValueError, match="unknown online feature set 'bogus'.*rich2"):
         spot.load_drafter("default+online-bogus")
-
-
-@pytest.mark.parametrize("orders,error", [
-    (torch.zeros(1, 2, 4, dtype=torch.long), "orders: expected shape \\[1, 1, 4\\]"),
-    (torch.zeros(1, 1, 4), "orders: expected an int64 tensor"),
-    (torch.full((1, 1, 4), 9, dtype=torch.long), "orders: entries must be -1 or a block position"),
-    ([[0, 1, 2, 3]], "orders: expected an int64 tensor")])
-def test_malformed_oracle_orders_are_named(target, orders, error):
-    with pytest.raises((TypeError, ValueError), match=error):
-        spot.generate(target, [[5, 6]], "oracle", max_new_tokens=4, block_size=4, orders=orders)
-
-
-@pytest.mark.parametrize("name", ["progress", "on_pass"])
-def test_callbacks_are_checked_before_the_first_pass(target, name):
-    passes = []
-    callbacks = {"progress": None, "on_pass": lambda *a: passes.append(1), name: 3}
-    with pytest.raises(TypeError, match=f"{name}: expected None or a callable"):
-        spot.generate(target, [[5, 6]], "standard", max_new_tokens=4, block_size=4, **callbacks)
-    assert not passes
 
 
 def _drafter_dir(tmp_path, config_text):
