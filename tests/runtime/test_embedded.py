@@ -61,7 +61,7 @@ def test_shipped_drafter_loads():
                                                            ("float32", 32, 0.0), ("float32", 16, 0.7)])
 def test_spot_is_exact_on_the_trained_model(dtype, block_size, temperature):
     """The shipped drafter on the shipped target: the tokens of standard, in fewer passes. float32 too, since a
-    node's logits do not depend on the rest of the tree (tests/test_target.py)."""
+    node's logits do not depend on the rest of the tree (tests/runtime/test_target.py)."""
     target = spot.load_target(dtype=dtype)
     prompts = [target.tokenizer.encode(t) for t in held_out_prompts(2)]
     kw = dict(max_new_tokens=block_size, block_size=block_size, temperature=temperature, seed=2, eos_id=None)

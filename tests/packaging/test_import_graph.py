@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"spot_kernels": ROOT / "spot_kernels", "spot": ROOT / "python" / "spot"}
 # Compiled by setup.py, so absent from a fresh clone: a leaf, which imports nothing of ours.
 COMPILED = ("spot_kernels._C",)

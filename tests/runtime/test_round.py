@@ -123,7 +123,8 @@ def test_the_gpu_round_check_runs_dry_on_cpu(tmp_path):
     import json
     import os
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "round_gpu.py")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/runtime/ -> root
+    path = os.path.join(root, "bench", "round_gpu.py")
     spec = importlib.util.spec_from_file_location("round_gpu", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

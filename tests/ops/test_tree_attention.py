@@ -3,6 +3,7 @@
 The contract against brute force on the reference (the oracle), then every other backend against the reference."""
 
 import math
+import time
 
 import pytest
 import torch
@@ -201,6 +202,25 @@ def test_mask_mod_bad_input():
         spot_kernels.tree_mask_mod(torch.tensor([9]), 4, 1, 2)
     with pytest.raises(ValueError, match="block_size"):
         spot_kernels.tree_mask_mod(torch.tensor([0]), 4, 1, 0)
+
+
+@pytest.mark.parametrize("op", ["tree_mask", "tree_mask_packed", "tree_position_ids"])
+def test_item6_mask_ops_are_size_checked(op, monkeypatch):
+    key_start = torch.zeros(1, dtype=torch.long)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=f"spot.{op}: .*num_nodes=3000000.*SPOT_MEMORY_LIMIT_GB"):
+        monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "0.01" if op == "tree_position_ids" else "16")
+        getattr(spot_kernels, op)(key_start, 10, 0, 3_000_000, 32)
+    assert time.perf_counter() - t0 < 1
+    monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "16")
+    assert getattr(spot_kernels, op)(key_start, 10, 0, 4, 8).shape[0] == 1  # a normal size still works
+
+
+def test_item6_additive_mask_counts_its_dtype(monkeypatch):
+    monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "0.000003")  # 3 KB: a 16 x 26 float64 mask is 3.3 KB
+    with pytest.raises(ValueError, match="tree_mask_additive.*SPOT_MEMORY_LIMIT_GB"):
+        spot_kernels.tree_mask_additive(torch.zeros(1, dtype=torch.long), 10, 0, 2, 8, torch.float64)
+    assert spot_kernels.tree_mask(torch.zeros(1, dtype=torch.long), 10, 0, 2, 8).shape == (1, 1, 16, 26)
 
 
 def test_unknown_backend():

@@ -2,11 +2,13 @@
 (one check, `spot_kernels.checks.size`, through `spot.limits`), and the limits, temperatures and rows in flight are
 read as they should be.
 
-3. Drafter configs are size-checked against SPOT_MEMORY_LIMIT_GB, the shipped drafter included.
+3. Drafter configs are size-checked against SPOT_MEMORY_LIMIT_GB, the shipped drafter included; so are the ops'
+   top_k, a tree's budget / width / branch and a random target's config (issue #18, item 3).
 4. Continuous batching's estimate counts the rows in flight (max_batch), and 2,000 prompts through 8 rows keep the
    memory of a pass flat in the number of prompts.
 5. generate's per-prompt outputs (commit orders) are bounded: a huge max_new_tokens is refused up front.
-6. The mask ops' outputs are size-checked; `--prompts-file` is read up to a size (a device never ends).
+6. `--prompts-file` is read up to a size (a device never ends); the mask ops' outputs are size-checked too
+   (tests/ops/test_tree_attention.py).
 7. Temperatures above the largest float32 are refused (they would scale the logits to inf).
 8. SPOT_*_GB set to nan / inf / a negative number is refused, naming the variable.
 """
@@ -51,6 +53,33 @@ def test_item3_the_memory_limit_applies_to_drafters(monkeypatch):
         spot.load_drafter()
     monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "0.01")  # 10 MB: the shipped drafter's 2.7 MB fit
     assert spot.load_drafter().model.cfg.n_layers == 3
+
+
+def test_item3_sizes_are_refused_before_allocating():
+    """Sizes whose memory would exceed a documented limit are refused, naming the argument, before anything is
+    allocated (each of these grew until the allocator failed, or built a model for minutes)."""
+    import time
+
+    import spot_kernels
+    from spot.model import ModelConfig
+
+    logits, masked, z = torch.randn(1, 4, 50), torch.ones(1, 4, dtype=torch.bool), torch.zeros(1, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"top_k must lie in \[1, 65537\)"):
+        spot_kernels.score(logits, masked, 0, z, z, z, 1.0, top_k=2**40)
+    z2 = torch.zeros(2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"k must lie in \[1, 65537\)"):
+        spot_kernels.select_children(torch.randn(2, 8), torch.ones(2, 8, dtype=torch.bool), torch.zeros(2),
+                                     torch.rand(2, 8, 4), torch.randint(0, 9, (2, 8, 4)), 0, z2, z2, z2, 1.0, 10**8)
+    small = dict(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_kv_heads=2, d_ff=64)
+    target = spot.load_target("random", config=ModelConfig(**small))
+    with pytest.raises(ValueError, match="budget / width / branch.*SPOT_MEMORY_LIMIT_GB"):
+        spot.generate(target, [[5, 6]], "confidence", max_new_tokens=8, block_size=4,
+                      tree=spot.TreeSettings(width=10**6, branch=10**6))
+    for field, value in (("n_layers", 10**6), ("d_model", 10**9)):
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError, match=f"'{field}' \\({value}\\).*SPOT_MEMORY_LIMIT_GB"):
+            spot.load_target("random", config=ModelConfig(**{**small, field: value}))
+        assert time.perf_counter() - t0 < 5, field  # refused from the estimate, not after building layers
 
 
 # ---- 4. continuous batching ----------------------------------------------------------------------------------------
@@ -107,26 +136,7 @@ def test_item5_a_huge_max_new_tokens_is_refused_before_decoding(target):
     assert time.perf_counter() - t0 < 1
 
 
-# ---- 6. mask ops ---------------------------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("op", ["tree_mask", "tree_mask_packed", "tree_position_ids"])
-def test_item6_mask_ops_are_size_checked(op, monkeypatch):
-    key_start = torch.zeros(1, dtype=torch.long)
-    t0 = time.perf_counter()
-    with pytest.raises(ValueError, match=f"spot.{op}: .*num_nodes=3000000.*SPOT_MEMORY_LIMIT_GB"):
-        monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "0.01" if op == "tree_position_ids" else "16")
-        getattr(spot_kernels, op)(key_start, 10, 0, 3_000_000, 32)
-    assert time.perf_counter() - t0 < 1
-    monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "16")
-    assert getattr(spot_kernels, op)(key_start, 10, 0, 4, 8).shape[0] == 1  # a normal size still works
-
-
-def test_item6_additive_mask_counts_its_dtype(monkeypatch):
-    monkeypatch.setenv("SPOT_MEMORY_LIMIT_GB", "0.000003")  # 3 KB: a 16 x 26 float64 mask is 3.3 KB
-    with pytest.raises(ValueError, match="tree_mask_additive.*SPOT_MEMORY_LIMIT_GB"):
-        spot_kernels.tree_mask_additive(torch.zeros(1, dtype=torch.long), 10, 0, 2, 8, torch.float64)
-    assert spot_kernels.tree_mask(torch.zeros(1, dtype=torch.long), 10, 0, 2, 8).shape == (1, 1, 16, 26)
-
+# ---- 6. the prompts file (the mask ops' size checks: tests/ops/test_tree_attention.py) -----------------------------
 
 def test_item6_an_endless_prompts_file_is_refused(monkeypatch, tmp_path):
     from spot import cli_args as cli

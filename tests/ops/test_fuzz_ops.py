@@ -1,38 +1,26 @@
-"""Property-based fuzzing (hypothesis): every op's kernels against the reference on random shapes, dtypes, strides,
-NaN / inf rows and ties, and `generate` on random tiny targets and settings against `standard`.
+"""Property-based fuzzing (hypothesis) of the ops: every op's kernels against the reference on random shapes, dtypes,
+strides, NaN / inf rows and ties (`generate` and the command line: tests/runtime/test_fuzz_*.py).
 
 Each op family has one test per group of backends: the C++ kernels ("cpu" where the op has one, the CUDA kernels,
 emulated on CPU or on the GPU) and Triton (in its interpreter without a GPU: slow, so fewer and smaller examples).
 The comparisons are the family tests' own: integer outputs equal, probabilities within the tolerances the family
 file holds that backend to (tests/helpers.py PROB_TOL for "cpu"). Examples are derandomized, so every run (and CI)
-draws the same cases; the budgets below keep the file near half a minute on two cores (pytest
+draws the same cases (tests/fuzzing.py); the budgets below keep the file near half a minute on two cores (pytest
 --hypothesis-show-statistics prints each test's example count).
 
-Two comparisons are stated more precisely than "equal": score's commit position may differ from the reference's
-only at a rounding-level tie (_rounding_ties), and generate's commit orders are compared only without an
-end-of-sequence id (past one, the closed positions of a block are not committed, round.close_after_eos)."""
+One comparison is stated more precisely than "equal": score's commit position may differ from the reference's
+only at a rounding-level tie (_rounding_ties)."""
 
 import math
 import random
-from pathlib import Path
 
 import pytest
 import torch
 
-from spot import ConfidenceDrafter
-from spot.decode import generate
-from spot.settings import TreeSettings
-from spot.model import BlockDiffusionLM, ModelConfig
-from spot.target import ModelTarget
 from spot_kernels import CONFIDENCE_KINDS
 
+from fuzzing import fuzz, given, st
 from helpers import CPP_KERNELS, I64, ON_GPU_DEVICE, PROB_TOL, assert_probs_close, assert_score_equal, children_inputs
-
-try:  # a test dependency (make install, or pip install -e .[test]); a machine without it skips this file
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import strategies as st
-except ImportError:
-    pytest.skip("hypothesis is not installed (a test dependency: pip install -e .[test])", allow_module_level=True)
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TEMPERATURES = (0.0, 0.05, 0.7, 1.0)  # greedy, small, below and at 1
@@ -40,15 +28,8 @@ CPP_ONLY = list(CPP_KERNELS)  # "cuda-emulation", "cuda", "cpu": a backend that 
 NO_CPU = [b for b in CPP_KERNELS if b != "cpu"]  # the tree_attention family has no "cpu" kernel
 # Triton's interpreter stores bfloat16 as its uint16 bit pattern and its tl.dot multiplies those patterns (values
 # near 1e9; triton-lang/triton#11584, "we just don't support it yet"), so tree_attention in bfloat16 is fuzzed on
-# the GPU only (tests/test_tree_attention.py likewise runs Triton's bfloat16 attention on a GPU alone).
+# the GPU only (tests/ops/test_tree_attention.py likewise runs Triton's bfloat16 attention on a GPU alone).
 INTERPRETER_FLOATS = (torch.float16, torch.float32, torch.float64)
-
-
-def fuzz(examples):
-    """Bounded, reproducible hypothesis settings; the `backend` fixture (a stateless Target) is reused safely."""
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None, print_blob=False,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.data_too_large])
 
 
 def _gen(seed):
@@ -183,7 +164,7 @@ def _rounding_ties(got, want, confidence, masked, tol):
 
 
 def _check_score(backend, args):
-    """The family file's comparison (tests/test_score.py): tokens and top-K ids equal, commit positions equal but
+    """The family file's comparison (tests/ops/test_score.py): tokens and top-K ids equal, commit positions equal but
     at rounding-level ties (_rounding_ties); for "cpu" probabilities within helpers.PROB_TOL (neg_entropy's atol
     scaled by log(V) + 1), for the CUDA kernels to (2e-5, 2e-6) / (1e-12, 1e-14), Triton's to atol 1e-7."""
     args = backend.to(*args)
@@ -262,7 +243,7 @@ def children_case(draw, max_frontier=6, max_block=12):
 
 
 def _check_children(backend, args):
-    """tests/test_select_children.py's comparison: positions and tokens equal, log-probabilities within
+    """tests/ops/test_select_children.py's comparison: positions and tokens equal, log-probabilities within
     helpers.PROB_TOL for "cpu", 2e-6 (float32) / 1e-12 (float64) for the CUDA kernels, assert_close for Triton."""
     args = backend.to(*args)
     got, want = backend.run("select_children", *args), backend.ref("select_children", *args)
@@ -438,7 +419,7 @@ def _check_attention(backend, args):
     got, want = backend.run("tree_attention", *args), backend.ref("tree_attention", *args)
     dtype = args[0].dtype
     assert got.dtype == dtype and got.shape == want.shape and got.is_contiguous()
-    if backend.name == "triton":  # tests/test_tree_attention.py: float32 1e-5, half 2e-3 (bfloat16 2e-2)
+    if backend.name == "triton":  # tests/ops/test_tree_attention.py: float32 1e-5, half 2e-3 (bfloat16 2e-2)
         tol = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-3}.get(dtype, 2e-2)
     else:  # the CUDA kernels' parity test
         tol = {torch.float64: 1e-10, torch.float32: 2e-5}.get(dtype, 2e-2)
@@ -457,112 +438,3 @@ def test_fuzz_tree_attention(backend, args):
 @given(args=attention_case(max_prefix=12, max_dim=8, dtypes=FLOATS if ON_GPU_DEVICE else INTERPRETER_FLOATS))
 def test_fuzz_tree_attention_triton(backend, args):
     _check_attention(backend, args)
-
-
-# ------------------------------------------------------------------------------------------------------ generate
-
-@st.composite
-def generate_case(draw):
-    """A random tiny float64 target (config and weight scale) and random prompts and decoding settings."""
-    heads = draw(st.sampled_from([2, 4]))
-    cfg = ModelConfig(vocab_size=draw(st.integers(8, 64)), d_model=8 * heads, n_layers=draw(st.integers(1, 2)),
-                      n_heads=heads, n_kv_heads=draw(st.sampled_from([1, heads // 2, heads])),
-                      d_ff=draw(st.sampled_from([16, 48])))
-    weights = (draw(st.integers(0, 2**16)), draw(st.sampled_from([0.3, 0.3, 0.1, 1.0])))
-    batch = draw(st.integers(1, 3))
-    prompts = [draw(st.lists(st.integers(3, cfg.vocab_size - 1), min_size=1, max_size=8)) for _ in range(batch)]
-    block_size = draw(st.integers(2, 8))
-    kw = dict(max_new_tokens=draw(st.integers(block_size, 2 * block_size)), block_size=block_size,
-              temperature=draw(st.sampled_from([0.0, 0.7, 1.0])), seed=draw(st.integers(0, 2**32)),
-              tree=TreeSettings(draw(st.integers(1, 8)), width=draw(st.integers(1, 4)), branch=draw(st.integers(1, 4))),
-              confidence=draw(st.sampled_from(CONFIDENCE_KINDS)), eos_id=draw(st.sampled_from([None, -1])))
-    return cfg, weights, prompts, kw
-
-
-def _tiny_target(cfg, seed, scale):
-    torch.manual_seed(seed)
-    model = BlockDiffusionLM(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, scale)
-    return ModelTarget(model.to(torch.float64))
-
-
-@fuzz(60)
-@given(case=generate_case())
-def test_fuzz_generate_exact(case):
-    cfg, (wseed, scale), prompts, kw = case
-    target = _tiny_target(cfg, wseed, scale)
-    ref = generate(target, prompts, "standard", **kw)
-    out = generate(target, prompts, "confidence", **kw)
-    assert out.tokens == ref.tokens
-    if kw["eos_id"] is None:  # past an end-of-sequence token the orders may differ (round.close_after_eos)
-        assert torch.equal(out.orders, ref.orders)
-    out = generate(target, prompts, "spot", drafter=ConfidenceDrafter(), **kw)
-    assert out.tokens == ref.tokens
-
-
-# ---- the command line and the build steps' arguments (issue #31) ---------------------------------------------------
-# Any text for one flag, the others fixed small: `spot` either runs (a 4-token decode of one prompt on a random
-# target) or ends with ONE line, `spot: error: ...` (exit status 1; argparse's usage errors, status 2), never
-# another exception or a traceback.
-
-_TEXTS = st.one_of(st.integers(-10**20, 10**20).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr),
-                   st.sampled_from(["", "abc", "1,2", "0,4", "-0", "1e39", "cuda", "cuda:3", "meta", "bogus", "prob",
-                                    "standard,confidence", "float64", "spot"]),
-                   st.text(max_size=8))
-_DECODE_FLAGS = ("--block-size", "--temperature", "--budget", "--width", "--branch", "--seed", "--confidence",
-                 "--methods", "--dtype", "--device", "--batch-size", "--budgets", "--prompt-len")
-_BUILD_STEPS = {  # step: (fixed arguments that end the step before any work once its flags pass, fuzzed flags)
-    "drafter": (["--data", "{tmp}"], ("--steps", "--batch-size", "--max-depth", "--lr", "--heldout-every",
-                                      "--eval-every", "--checkpoint-every", "--soft-weight", "--soft-temperature",
-                                      "--token-buckets", "--block-sizes", "--seed")),
-    "target": (["--corpus", "{tmp}", "--out", "{tmp}/out", "--export", "{tmp}/export"],
-               ("--steps", "--batch-size", "--seq-len", "--lr", "--minutes", "--d-model", "--layers", "--heads")),
-    "collect": (["--target", "random", "--prompts-file", "{tmp}/none.txt", "--out", "{tmp}/out"],
-                ("--block-sizes", "--temperatures", "--num-prompts", "--max-new-tokens", "--batch-size",
-                 "--skip-prompts", "--device", "--dtype")),
-    "corpus": (["--out", "{package}/corpus"], ("--total-mb", "--mix", "--heldout-fraction", "--max-files",
-                                               "--max-chars", "--seed")),
-    "evaluate": (["--drafter", "{tmp}/none", "--data", "{tmp}"], ("--heldout-every", "--block-sizes", "--split")),
-}
-
-
-def _ends_cleanly(argv, capsys):
-    """Run `spot ARGV` in this process: it returns 0, or ends with a one-line error."""
-    from spot.cli import main
-
-    try:
-        assert main(argv) == 0
-        return
-    except SystemExit as e:
-        err = e.code + "\n" if isinstance(e.code, str) else capsys.readouterr().err
-        assert e.code != 0
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("spot: error: ") and "Traceback" not in err, (argv, err)
-
-
-@fuzz(40)
-@given(flag=st.sampled_from(_DECODE_FLAGS), value=_TEXTS, command=st.sampled_from(["generate", "bench"]))
-def test_fuzz_cli_arguments(flag, value, command, capsys):
-    argv = [command, "--target", "random", "--max-new-tokens", "4", "--methods", "standard,confidence", "--quiet",
-            "--num-prompts", "1", flag, value]
-    if command == "generate":
-        argv = [a for a in argv if a not in ("--quiet", "--num-prompts", "1")]
-        if flag in ("--batch-size", "--budgets"):
-            return
-    _ends_cleanly(argv, capsys)
-
-
-@fuzz(40)
-@given(step=st.sampled_from(sorted(_BUILD_STEPS)), data=st.data())
-def test_fuzz_build_step_arguments(step, data, capsys, tmp_path_factory):
-    import spot
-
-    tmp = tmp_path_factory.mktemp("fuzz-build")
-    fixed, flags = _BUILD_STEPS[step]
-    flag, value = data.draw(st.sampled_from(flags)), data.draw(_TEXTS)
-    package = str(Path(spot.__file__).resolve().parent)
-    argv = ["build", step, *(a.format(tmp=tmp, package=package) for a in fixed), flag, value]
-    _ends_cleanly(argv, capsys)

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 import hf_tiny  # noqa: E402
 import spot  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from llada_loop import llada_generate, llada_generate_with_ops  # noqa: E402
 
 PROMPTS = torch.tensor([[5, 9, 14, 20, 33], [7, 8, 40, 41, 42]])

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = sorted((ROOT / "bench" / "results").glob("*.json"))
 # The changelog is history: a file only it names is no current figure's source, so it does not count.
 CURRENT_DOCS = [ROOT / "README.md", *(p for p in sorted((ROOT / "docs").glob("*.md")) if p.name != "CHANGELOG.md")]

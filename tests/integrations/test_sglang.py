@@ -385,7 +385,7 @@ def test_plugin_registers_spot_with_sglang(sglang):
     import spot.sglang as plugin
     from spot.sglang.algorithm import Spot
 
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     entry = project["project"]["entry-points"]["sglang.srt.plugins"]["spot"]
     assert entry == "spot.sglang:register" and "sglang" in project["project"]["optional-dependencies"]
     plugin.register()
@@ -429,7 +429,7 @@ def test_sglang_plugin_loader_finds_the_entry_point(sglang, tmp_path):
     import sys
     import tomllib
 
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     group = project["project"]["entry-points"]["sglang.srt.plugins"]
     info = tmp_path / "spot_plugin_probe-0.dist-info"
     info.mkdir()

@@ -27,7 +27,7 @@ from helpers import (CPU_OPS, I64, ON_GPU, WITH_CPU, WITH_CUDA, capture, childre
                      random_trees, score_inputs)
 from samples import sample_args
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 OPS = list(SCHEMAS)
 PUBLIC_OPS = OPS + ["tree_mask_mod"]
 # Ops with a C++ CPU kernel (csrc/cpu/), which "auto" takes for CPU tensors when the extension is loaded.
@@ -101,7 +101,7 @@ def test_each_schema_is_written_once_in_the_source_tree():
 def test_every_family_stem_has_a_file_in_every_backend_folder_and_in_tests():
     for family in sorted(set(FAMILIES.values())):
         for path in (f"spot_kernels/ops/{family}.py", f"spot_kernels/reference/{family}.py",
-                     f"spot_kernels/triton/{family}.py", f"csrc/cuda/{family}.cu", f"tests/test_{family}.py"):
+                     f"spot_kernels/triton/{family}.py", f"csrc/cuda/{family}.cu", f"tests/ops/test_{family}.py"):
             assert (ROOT / path).is_file(), path
 
 
@@ -215,7 +215,7 @@ def test_forcing_triton_on_cpu_tensors(op, monkeypatch):
                        match="triton backend needs CUDA tensors or TRITON_INTERPRET=1"):
         getattr(torch.ops.spot, op)(*sample_args(op), backend="triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    # As if spot_kernels/triton/ had no kernel for any op (every op has one; tests/test_<family>.py run them).
+    # As if spot_kernels/triton/ had no kernel for any op (every op has one; tests/ops/test_<family>.py run them).
     monkeypatch.setattr(backends, "_tables", {**backends._tables,
                                               **{("triton", family): {} for family in set(FAMILIES.values())}})
     with pytest.raises(spot_kernels.BackendUnavailable, match=f"triton backend: no kernel for spot::{op} yet"):
@@ -640,13 +640,13 @@ def test_opcheck_with_the_triton_backend(backend, op):
 
 # ------------------------------------------------------------------------------------------------ end to end
 # Decoding with every op on one backend gives exactly the reference's tokens. The decoder's test fixtures
-# (PROMPTS, sharp_target) live with the decoder's tests in tests/test_decode.py.
+# (PROMPTS, sharp_target) live with the decoder's tests in tests/runtime/test_decode.py.
 
 @pytest.mark.parametrize("backend", ["triton"], indirect=True)
 @pytest.mark.parametrize("score_all_nodes", [True, False])
 def test_generate_with_triton_equals_reference(backend, monkeypatch, score_all_nodes):
     """spot.generate on a tiny random float32 model: SPOT_BACKEND=triton gives exactly the reference's tokens, and
-    the model's mask ops run through Triton too (T = 0 is covered op by op in tests/test_<family>.py). Both ways of
+    the model's mask ops run through Triton too (T = 0 is covered op by op in tests/ops/test_<family>.py). Both ways of
     scoring a tree: every node in one call (as on a GPU) and the accepted chain only (the CPU default)."""
     from spot.decode import generate
     from spot.settings import TreeSettings

@@ -16,7 +16,7 @@ from spot.lab import project as pj
 from spot.cli import main
 from spot.lab.plots import PASS_DIGITS, format_commit_order, pass_of_positions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOY = pj.Shape("toy", hidden=8, layers=2, heads=2, kv_heads=1, head_dim=4, intermediate=16, vocab=10, source="test")
 TOY_GPU = pj.GPU("toy", flops=1000.0, bandwidth=100.0, source="test")
 

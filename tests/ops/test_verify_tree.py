@@ -202,6 +202,32 @@ def test_a_position_committed_twice_on_a_path_is_refused(tree, match):
     assert torch.ops.spot.verify_tree(*batch([chain], [[0] * 6]))[2].tolist() == [n]
 
 
+def test_item7_verify_tree_rejects_a_position_committed_twice():
+    import spot_kernels
+
+    def tree(draft_pos, target_pos):
+        t = torch.tensor
+        return (t([[-1, 0, 1]]), t([draft_pos]), t([[0, 10, 20]]), t([target_pos]), t([[10, 20, 30]]),
+                torch.zeros(1, 4, dtype=torch.int64))
+
+    # (a) node 2 drafts position 1 again, below node 1 which drafted it
+    repeated_draft = tree([0, 1, 1], [1, 2, 3])
+    # (b) node 1's target commits position 1 onto its own draft: accepted, it gave num_accepted = 2 and one entry
+    onto_own = tree([0, 1, 2], [1, 1, 3])
+    # (b) node 2's target commits position 1, drafted by its ancestor node 1
+    onto_ancestor = tree([0, 1, 2], [1, 2, 1])
+    for op in (spot_kernels.verify_tree, torch.ops.spot.verify_tree):
+        for backend in ("auto", "reference"):
+            with pytest.raises(ValueError, match=r"draft_pos .*node 2 .*ancestor node 1"):
+                op(*repeated_draft, backend=backend)
+            with pytest.raises(ValueError, match=r"target_pos .*node 1 has target_pos = 1, drafted by node 1 itself"):
+                op(*onto_own, backend=backend)
+            with pytest.raises(ValueError, match=r"target_pos .*node 2 .*ancestor node 1"):
+                op(*onto_ancestor, backend=backend)
+            out = op(*tree([0, 1, 2], [1, 2, 3]), backend=backend)  # every position once: accepted whole
+            assert out[2].tolist() == [3] and out[3].tolist() == [[0, 10, 20, 30]]
+
+
 def test_positions_repeat_across_paths_not_along_one():
     """Siblings may draft the same position; a node below an inactive node starts a path of its own (the inactive
     node's draft is not a commit); the root's draft_pos is ignored."""

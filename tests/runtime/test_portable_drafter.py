@@ -1,6 +1,6 @@
 """The portable drafter and the second embedded target (docs/drafter.md, docs/model_card.md): they load, they decode
 exactly, the portable drafter runs on a target of another vocabulary, and `spot bench` compares several drafters in
-one run. (A token-bucket drafter on another vocabulary is refused: tests/test_hf.py.)"""
+one run. (A token-bucket drafter on another vocabulary is refused: tests/integrations/test_hf.py.)"""
 
 import json
 
