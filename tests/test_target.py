@@ -124,7 +124,7 @@ def test_session_cache_grows_with_the_prefix_not_max_new_tokens():
     # decoding through generate, stopped early by end-of-sequence, leaves the cache far below max_new_tokens
     eos = spot.generate(target, [[4, 5]], max_new_tokens=8, block_size=B, eos_id=None).tokens[0][5]
     sessions, start = [], target.start
-    target.start = lambda *args: sessions.append(start(*args)) or sessions[-1]
+    target.start = lambda *args, **kw: sessions.append(start(*args, **kw)) or sessions[-1]
     out = spot.generate(target, [[4, 5]], "confidence", max_new_tokens=10**5, block_size=B, eos_id=eos)
     assert out.tokens[0][-1] == eos and len(out.tokens[0]) <= 2 * B
     assert sessions[0].cache.capacity <= 2 * (2 + 2 * B) < 10**5

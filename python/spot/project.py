@@ -434,7 +434,7 @@ def measure_pass_curve(shape: Shape, nodes=(1, 2, 4, 8, 16, 32, 64), block: int 
         def stack():
             h = x
             for i, layer in enumerate(model.layers):
-                h = layer(h, positions, mask, cache, i, 0, tree)
+                h = layer(h, positions, mask, cache, i, None, tree)
             return h
 
         def head():
