@@ -156,12 +156,26 @@ class RMSNorm(nn.Module):
         return self.weight.to(x.dtype) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
-def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate x [b, h, q, d] by its positions [b, q] (half-split layout, as in Llama/Qwen)."""
-    half = x.shape[-1] // 2
-    inv_freq = theta ** (-torch.arange(half, device=x.device, dtype=torch.float64) / half)
+class Rotary(NamedTuple):
+    """The rotation of every query position, cos and sin [b, 1, q, head_dim // 2] in the compute dtype
+    (`rotary_tables`): computed once per pass, shared by every layer's queries and keys."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def rotary_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> Rotary:
+    """The rotations of positions [b, q] (angles in float64, then cast: half-split layout, as in Llama/Qwen)."""
+    half = head_dim // 2
+    inv_freq = theta ** (-torch.arange(half, device=positions.device, dtype=torch.float64) / half)
     angles = positions.to(torch.float64)[:, None, :, None] * inv_freq  # [b, 1, q, half]
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return Rotary(angles.cos().to(dtype), angles.sin().to(dtype))
+
+
+def rotary(x: torch.Tensor, rope: Rotary) -> torch.Tensor:
+    """Rotate x [b, h, q, d] by the rotations of its positions."""
+    half = x.shape[-1] // 2
+    cos, sin = rope
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -348,16 +362,17 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.norm_eps)
         self.k_norm = RMSNorm(hd, cfg.norm_eps)
 
-    def forward(self, x, positions, mask, cache: KVCache | None, layer: int, append: Append | None,
+    def forward(self, x, rope: Rotary, mask, cache: KVCache | None, layer: int, append: Append | None,
                 tree: TreeLayout | None = None, kernels: Kernels = TORCH):
-        """append: the cache slots this pass writes (`KVCache.right_align`); None: it writes none."""
+        """rope: the rotations of x's positions (`BlockDiffusionLM.rotary_tables`); append: the cache slots this
+        pass writes (`KVCache.right_align`), None: it writes none."""
         cfg, (b, q, _) = self.cfg, x.shape
         hd = cfg.head_dim
         qh = self.q_norm(linear(x, self.q_proj.weight, kernels).view(b, q, cfg.n_heads, hd), kernels).transpose(1, 2)
         kh = self.k_norm(linear(x, self.k_proj.weight, kernels).view(b, q, cfg.n_kv_heads, hd), kernels) \
             .transpose(1, 2)
         vh = linear(x, self.v_proj.weight, kernels).view(b, q, cfg.n_kv_heads, hd).transpose(1, 2)
-        qh, kh = rotary(qh, positions, cfg.rope_theta), rotary(kh, positions, cfg.rope_theta)
+        qh, kh = rotary(qh, rope), rotary(kh, rope)
         if cache is not None:
             append = Append(cache.length, 0) if append is None else append
             keys, values = cache.update(layer, kh, vh, append)
@@ -455,8 +470,8 @@ class Layer(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, mask, cache, layer, append, tree=None, kernels: Kernels = TORCH):
-        x = x + self.attn(self.attn_norm(x, kernels), positions, mask, cache, layer, append, tree, kernels)
+    def forward(self, x, rope: Rotary, mask, cache, layer, append, tree=None, kernels: Kernels = TORCH):
+        x = x + self.attn(self.attn_norm(x, kernels), rope, mask, cache, layer, append, tree, kernels)
         return x + self.mlp(self.mlp_norm(x, kernels), kernels)
 
 
@@ -502,12 +517,17 @@ class BlockDiffusionLM(nn.Module):
             x = x.to(compute_dtype)
         if cache is not None and append is not None:
             cache.reserve(append.start + append.count)
+        rope = self.rotary_tables(positions, x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, mask, cache, i, append, tree, kernels)
+            x = layer(x, rope, mask, cache, i, append, tree, kernels)
         if cache is not None and append is not None:
             cache.commit(append)
         hidden = self.norm(x[:, logits_from:], kernels)
         return self.lm_head(hidden, kernels) if head else hidden
+
+    def rotary_tables(self, positions: torch.Tensor, dtype: torch.dtype) -> Rotary:
+        """The rotations of positions [b, q] in `dtype`, for every layer of a pass."""
+        return rotary_tables(positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
 
     def lm_head(self, hidden: torch.Tensor, kernels: Kernels = TORCH) -> torch.Tensor:
         """Final-norm hidden states [..., d_model] -> logits [..., V] (tied embeddings), in hidden's dtype, through
