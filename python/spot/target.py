@@ -217,13 +217,14 @@ class ModelSession(Session):
     reads host integers (the pending counts, `KVCache.starts`): a pass makes no device read.
 
     kernels: what every pass runs (`Kernels`: the Triton or torch path, and the spot_kernels backend of its tree
-    ops), fixed for the session."""
+    ops), fixed for the session; default the target's kernels with backend "auto"."""
 
     per_row = True
 
     def __init__(self, target: ModelTarget, prompts, max_new_tokens: int, block_size: int,
-                 kernels: Kernels = Kernels()):
-        self.target, self.kernels, self.batch, self.passes = target, kernels, 0, 0
+                 kernels: Kernels | None = None):
+        self.target, self.batch, self.passes = target, 0, 0
+        self.kernels = Kernels(target.kernels) if kernels is None else kernels
         self.max_new_tokens, self.block_size = max_new_tokens, block_size
         self.compute_dtype = target.compute_dtype
         self.pending: list[torch.Tensor] = []
