@@ -274,9 +274,10 @@ class ModelSession(Session):
 
     @property
     def block_start(self) -> torch.Tensor:
-        length = self.cache.length
-        return torch.tensor([length - s + len(p) for s, p in zip(self.cache.starts, self.pending)],
-                            dtype=torch.long, device=self.cache.device)
+        start = self.cache.length - self.cache.key_start
+        counts = [len(p) for p in self.pending]
+        # within a block nothing is pending: no host-to-device copy (a blocking one syncs a GPU stream)
+        return start + torch.tensor(counts, dtype=torch.long, device=start.device) if any(counts) else start
 
     def score(self, nodes: torch.Tensor) -> torch.Tensor:
         b, n, B = nodes.shape
