@@ -81,7 +81,7 @@ def memory(args) -> dict:
     spot.generate(target, [prompt], "standard", max_new_tokens=64, block_size=32)  # warm-up: pools, caches
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     sessions, start = [], target.start
-    target.start = lambda *a: sessions.append(start(*a)) or sessions[-1]
+    target.start = lambda *a, **kw: sessions.append(start(*a, **kw)) or sessions[-1]
     out = spot.generate(target, [prompt], args.method, max_new_tokens=args.max_new_tokens, block_size=32,
                         drafter=spot.load_drafter() if args.method == "spot" else None)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

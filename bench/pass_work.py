@@ -38,8 +38,9 @@ def dense_mask():
     """The session builds the whole [b, 1, Q, K] tree mask every pass, as before (the model reads one block)."""
     real = spot_kernels.tree_mask
 
-    def whole(key_start, prefix_len, num_new, num_nodes, block_size):
-        return real(key_start, prefix_len=prefix_len, num_new=num_new, num_nodes=current["n"], block_size=block_size)
+    def whole(key_start, prefix_len, num_new, num_nodes, block_size, backend="auto"):
+        return real(key_start, prefix_len=prefix_len, num_new=num_new, num_nodes=current["n"], block_size=block_size,
+                    backend=backend)
 
     current = {"n": 0}
     real_pass = ModelSession._pass

@@ -1,6 +1,7 @@
 """Dispatched ops and host syncs per target pass, by stage, of one decode (docs/round.md).
 
     OMP_NUM_THREADS=1 python bench/round_count.py --methods standard,spot --temperatures 0,1 [--static both]
+        [--prompt TEXT --prompt TEXT ...]   # several prompts: decoded as one batch
 
 The embedded target, the README's `def add(a, b):` prompt, 64 new tokens, block size 32, budget 16, spot with the
 default drafter: issue 29's table, counted with spot.lab.dispatch_count.DispatchCounter (a warm-up decode first).
@@ -15,14 +16,14 @@ import spot
 from spot.lab.dispatch_count import STAGES, DispatchCounter, format_per_pass
 
 
-def count(target, drafter, prompt: list[int], method: str, temperature: float, static: bool, budget: int = 16,
+def count(target, drafter, prompts: list[list[int]], method: str, temperature: float, static: bool, budget: int = 16,
           block_size: int = 32, max_new_tokens: int = 64) -> dict:
     kw = dict(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
               tree=spot.TreeSettings(budget=budget, static=static),
               **({"drafter": drafter} if method == "spot" else {}))
-    spot.generate(target, [prompt], method, **kw)
+    spot.generate(target, prompts, method, **kw)
     with DispatchCounter() as counter:
-        out = spot.generate(target, [prompt], method, **kw)
+        out = spot.generate(target, prompts, method, **kw)
     return {"passes": out.stats.target_passes, "per_pass": counter.per_pass(out.stats.target_passes),
             "top_ops": {s: counter.by_op[s].most_common(8) for s in STAGES}}
 
@@ -35,16 +36,17 @@ def main(argv=None) -> None:
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--static", choices=("yes", "no", "both"), default="both",
                    help="the static round (fixed shapes), the CPU path (host-trimmed trees) or both")
-    p.add_argument("--prompt", default="def add(a, b):\n")
+    p.add_argument("--prompt", action="append", help="a prompt; repeat it for a batch (default: the README's "
+                   "`def add(a, b):`)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     target, drafter = spot.load_target(), spot.load_drafter()
-    prompt = target.tokenizer.encode(args.prompt)
+    prompts = [target.tokenizer.encode(text) for text in args.prompt or ["def add(a, b):\n"]]
     report = []
     for method in args.methods.split(","):
         for t in (float(x) for x in args.temperatures.split(",")):
             for static in {"yes": (True,), "no": (False,), "both": (False, True)}[args.static]:
-                r = count(target, drafter, prompt, method, t, static, args.budget, args.block_size)
+                r = count(target, drafter, prompts, method, t, static, args.budget, args.block_size)
                 r.update(method=method, temperature=t, static=static)
                 report.append(r)
                 print(f"== {method} T={t} {'static' if static else 'cpu path'}: {r['passes']} passes")

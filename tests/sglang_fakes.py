@@ -235,7 +235,7 @@ class WindowTarget(Target):
         self.x[0, :len(prompt)] = torch.tensor(prompt)
         self.first = len(prompt) // B
 
-    def start(self, prompts, max_new_tokens, block_size):
+    def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
         return _WindowSession(self)
 
 

@@ -53,7 +53,7 @@ class StateBlindTarget(Target):
         self.vocab_size, self.mask_id, self.eos_id, self.device = vocab, vocab - 1, None, torch.device("cpu")
         self.table = torch.randn(4, 128, vocab, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
 
-    def start(self, prompts, max_new_tokens, block_size):
+    def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
         return _BlindSession(self, prompts)
 
 

@@ -118,7 +118,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
 
     t0 = time.perf_counter()
     width_of_batch = b if batching.max_batch is None else min(b, batching.max_batch)
-    session = target.start(prompts[:width_of_batch], max_new_tokens, block_size)
+    session = target.start(prompts[:width_of_batch], max_new_tokens, block_size, backend=backend)
     per_row = session.per_row and not batching.lockstep
     if width_of_batch < b and not per_row:
         raise ValueError(f"Batching.max_batch: {b} prompts through {width_of_batch} rows needs a target whose "

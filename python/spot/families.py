@@ -280,7 +280,7 @@ class BD3LMTarget(Target):
 
     device, dtype = HFTarget.device, HFTarget.dtype  # read from self.model's parameters
 
-    def start(self, prompts, max_new_tokens, block_size) -> Session:
+    def start(self, prompts, max_new_tokens, block_size, *, backend: str = "auto") -> Session:
         if block_size != self.block_size:
             raise ValueError(f"block_size: this BD3-LM attends in blocks of config.block_size = {self.block_size}; "
                              f"decode with block_size={self.block_size}, got {block_size}")

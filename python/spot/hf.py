@@ -114,7 +114,7 @@ class HFTarget(Target):
     def dtype(self) -> torch.dtype:
         return next(p for p in self.model.parameters() if p.is_floating_point()).dtype
 
-    def start(self, prompts, max_new_tokens, block_size) -> Session:
+    def start(self, prompts, max_new_tokens, block_size, *, backend: str = "auto") -> Session:
         if not self._checked:
             self.self_check(block_size)
             self._checked = True

@@ -116,7 +116,7 @@ class _WindowTarget(Target):
         self.mask_id, self.eos_id, self.device = mask_id, None, x.device
         self.vocab_size = _vocab_size(model)
 
-    def start(self, prompts, max_new_tokens, block_size) -> Session:
+    def start(self, prompts, max_new_tokens, block_size, *, backend: str = "auto") -> Session:
         return _WindowSession(self, block_size)
 
 

@@ -8,16 +8,20 @@ The compute dtype may differ from the weights' dtype (`forward(compute_dtype=...
 is run in float32 from its half-precision weights, each weight cast exactly when it is used, so every row of a
 pass goes through float32 reductions whose order does not depend on the other rows (docs/half_precision.md).
 
-`forward(kernels="triton")` runs the projections, the LM head and the norms through the batch-invariant Triton
-kernels of `spot_kernels.triton.batch_invariant` and the node attention through the Triton `tree_attention`: the
-GPU path whose per-row results do not depend on the number of rows (cuBLAS's and PyTorch's may). The default,
-"torch", is the path above, unchanged.
+Which kernels a pass runs is an argument, `Kernels`, handed from `forward` to every norm, projection, attention
+and the LM head (no state outside the call). `Kernels("triton")` runs the projections, the LM head and the norms
+through the batch-invariant Triton kernels of `spot_kernels.triton.batch_invariant` and the node attention through
+the Triton `tree_attention`: the GPU path whose per-row results do not depend on the number of rows (cuBLAS's and
+PyTorch's may). The default, "torch", is the path above; its `backend` picks the spot_kernels backend of the tree
+attention.
+
+The KV cache (`KVCache`) owns its surgery: rows kept right-aligned, moved, added and dropped by its own methods,
+every decision made from host integers; a pass writes the slots `KVCache.right_align` handed it (`Append`), which
+the attention receives as an argument.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
@@ -27,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import spot_kernels
+from spot_kernels.backends import BACKENDS
 
 
 @dataclass
@@ -66,18 +71,6 @@ class ModelConfig:
                 raise ValueError(f"config: {name} must lie in [0, vocab_size)")
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _KERNELS.get() == "triton":
-            return _triton_kernels().rms_norm(x, self.weight, self.eps)
-        return self.weight.to(x.dtype) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-
 # CPU matrix multiplies take another kernel, with another summation order, for a call of few rows (measured with
 # the MKL sgemm of torch 2.14: a row's float32 result differs in the last bits between calls of 1-11 rows and
 # calls of 12 or more), so a node scored alone could differ from the same node scored beside others. Padding every
@@ -86,12 +79,47 @@ class RMSNorm(nn.Module):
 LINEAR_ROWS = 16
 
 
-# ------------------------------------------------------------------------------------- the Triton kernel path
-# Which kernels the projections, norms and node attention of the running forward use: "torch" (the default path,
-# CPU padding included) or "triton" (spot_kernels.triton.batch_invariant and the Triton tree_attention, for CUDA
-# tensors, or CPU tensors under TRITON_INTERPRET=1). Set for the duration of one `BlockDiffusionLM.forward`.
 KERNELS = ("torch", "triton")
-_KERNELS: contextvars.ContextVar[str] = contextvars.ContextVar("spot_model_kernels", default="torch")
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Which kernels one pass runs: an explicit argument from `BlockDiffusionLM.forward` down to every norm,
+    projection, attention and the LM head.
+
+    path: "torch" (PyTorch ops, CPU calls padded to LINEAR_ROWS rows) or "triton" (spot_kernels.triton.
+    batch_invariant and the Triton tree_attention, for CUDA tensors, or CPU tensors under TRITON_INTERPRET=1).
+    backend: the spot_kernels backend of the pass's tree ops (tree_mask, tree_position_ids and, on the torch path,
+    tree_attention; the Triton path's attention is always "triton"). "auto" (default) or one of
+    spot_kernels.backends.BACKENDS; "cpu", which has no tree-op kernels, covers them with the reference, as
+    SPOT_BACKEND=cpu does, so that a whole decode can run under it.
+    """
+
+    path: str = "torch"
+    backend: str = "auto"
+
+    def __post_init__(self):
+        if self.path not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {self.path!r}")
+        if self.backend not in ("auto",) + BACKENDS:
+            raise ValueError(f"backend must be one of {('auto',) + BACKENDS}, got {self.backend!r}")
+
+    @property
+    def triton(self) -> bool:
+        return self.path == "triton"
+
+    @property
+    def tree_backend(self) -> str:
+        """The backend of tree_mask / tree_position_ids."""
+        return "reference" if self.backend == "cpu" else self.backend
+
+    @property
+    def attention_backend(self) -> str:
+        """The backend of the node attention (`spot_kernels.tree_attention`)."""
+        return "triton" if self.triton else self.tree_backend
+
+
+TORCH = Kernels()
 
 
 def _triton_kernels():
@@ -100,22 +128,10 @@ def _triton_kernels():
     return batch_invariant
 
 
-@contextlib.contextmanager
-def use_kernels(kernels: str):
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
-    token = _KERNELS.set(kernels)
-    try:
-        yield
-    finally:
-        _KERNELS.reset(token)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, kernels: Kernels = TORCH) -> torch.Tensor:
     """x @ weight.T in x's dtype (the weight is cast exactly when its dtype differs): the row-invariant
-    projection every layer of `BlockDiffusionLM` uses."""
-    if _KERNELS.get() == "triton":  # the weight is upcast inside the kernel
+    projection every layer of `BlockDiffusionLM` uses, through `kernels`."""
+    if kernels.triton:  # the weight is upcast inside the kernel
         return _triton_kernels().linear(x, weight)
     weight = weight.to(x.dtype)
     if x.device.type != "cpu":
@@ -128,12 +144,38 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.linear(rows, weight)[:m].reshape(*x.shape[:-1], weight.shape[0])
 
 
-def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate x [b, h, q, d] by its positions [b, q] (half-split layout, as in Llama/Qwen)."""
-    half = x.shape[-1] // 2
-    inv_freq = theta ** (-torch.arange(half, device=x.device, dtype=torch.float64) / half)
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, kernels: Kernels = TORCH) -> torch.Tensor:
+        if kernels.triton:
+            return _triton_kernels().rms_norm(x, self.weight, self.eps)
+        return self.weight.to(x.dtype) * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class Rotary(NamedTuple):
+    """The rotation of every query position, cos and sin [b, 1, q, head_dim // 2] in the compute dtype
+    (`rotary_tables`): computed once per pass, shared by every layer's queries and keys."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+
+def rotary_tables(positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype) -> Rotary:
+    """The rotations of positions [b, q] (angles in float64, then cast: half-split layout, as in Llama/Qwen)."""
+    half = head_dim // 2
+    inv_freq = theta ** (-torch.arange(half, device=positions.device, dtype=torch.float64) / half)
     angles = positions.to(torch.float64)[:, None, :, None] * inv_freq  # [b, 1, q, half]
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return Rotary(angles.cos().to(dtype), angles.sin().to(dtype))
+
+
+def rotary(x: torch.Tensor, rope: Rotary) -> torch.Tensor:
+    """Rotate x [b, h, q, d] by the rotations of its positions."""
+    half = x.shape[-1] // 2
+    cos, sin = rope
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
@@ -144,13 +186,31 @@ class TreeLayout(NamedTuple):
     key_start: torch.Tensor  # [b] int64: first valid (non-padding) key of each row
     num_nodes: int
     block_size: int
+    # key_start on the host (KVCache.starts): the CPU path slices each row's keys from its first real one; None
+    # reads key_start (a device read per layer)
+    starts: tuple[int, ...] | None = None
+
+
+class Append(NamedTuple):
+    """The cache slots one pass writes (`KVCache.right_align`): its first `count` tokens go to slots
+    [start, start + count) of every row, except where held[row, j] is True: slot start + j already holds that
+    row's own key, moved there by the alignment, and keeps it."""
+
+    start: int
+    count: int
+    held: torch.Tensor | None = None  # bool [b, count]; None: no slot is held
 
 
 class KVCache:
-    """Per-layer keys/values [b, kv_heads, capacity, head_dim]; `length` keys are valid.
+    """Per-layer keys/values [b, kv_heads, capacity, head_dim] of rows kept right-aligned: every row's keys end at
+    `length`, and row r's first real key is key_start[r] (left padding before it).
 
-    The buffers start at `capacity` positions and grow on demand (`reserve`), doubling up to `max_capacity`, so a
-    session asked for many tokens holds memory for the tokens it has actually cached, not for the ones it might.
+    The cache owns its surgery: `right_align` makes room for a pass that appends a different number of tokens to
+    each row, `update` is one layer's read and write of a pass, `commit` ends the pass, `add_rows` / `keep_rows`
+    / `drop_shared_padding` change the rows. Every decision is made from host integers (`starts`, the counts
+    handed in), never from a device read. The buffers start at `capacity` positions and grow on demand
+    (`reserve`), doubling up to `max_capacity`, so a session asked for many tokens holds memory for the tokens it
+    has actually cached, not for the ones it might.
     """
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, dtype: torch.dtype, device,
@@ -163,14 +223,24 @@ class KVCache:
         self.v = [self._empty(capacity, dtype, device) for _ in range(cfg.n_layers)]
         self.length = 0
         self.capacity = capacity
-        # Per-row progress (ModelSession): bool [b, num_new] for the next pass, True where a new slot already holds
-        # that row's prefix (shifted there because the row appends fewer tokens than others); None: every new slot
-        # takes the pass's keys and values.
-        self.held: torch.Tensor | None = None
+        self.starts: list[int] = [0] * batch  # key_start on the host: what every decision reads
+        self.key_start = torch.zeros(batch, dtype=torch.long, device=device)  # what the pass's ops read
+
+    @property
+    def batch(self) -> int:
+        return len(self.starts)
+
+    @property
+    def device(self) -> torch.device:
+        return self.key_start.device
 
     def _empty(self, capacity: int, dtype, device) -> torch.Tensor:
         b, h, d = self._shape
         return torch.empty((b, h, capacity, d), dtype=dtype, device=device)
+
+    def _set_starts(self, starts: list[int]) -> None:
+        self.starts = list(starts)
+        self.key_start = torch.tensor(self.starts, dtype=torch.long, device=self.device)
 
     def reserve(self, needed: int) -> None:
         """Make room for `needed` positions: at least double the capacity (amortised O(1) copying per token),
@@ -187,34 +257,94 @@ class KVCache:
                 buffers[i] = new
         self.capacity = capacity
 
-    def shift_rows(self, shift: torch.Tensor, key_start: torch.Tensor) -> None:
-        """Move each row's valid keys [key_start, length) right by shift[row] slots (rows with shift 0 stay), so
-        that rows appending fewer tokens than others in the next pass still end where every row ends. The space
-        must be reserved first."""
-        for r in torch.nonzero(shift).flatten().tolist():
-            s, a = int(shift[r]), int(key_start[r])
-            for buffers in (self.k, self.v):
-                for t in buffers:
-                    t[r, :, a + s:self.length + s] = t[r, :, a:self.length].clone()
+    def right_align(self, counts: list[int]) -> Append:
+        """Make room for a pass that appends counts[r] tokens to row r, each row's at the end: a row with fewer
+        than the most first moves its keys right by the difference, into new slots the pass must then keep
+        (`Append.held`). Padding every row shares is dropped first when the cache would otherwise grow, or once
+        it is 1/8 of the cache. Returns the slots the pass writes, for `update` and `commit`."""
+        if len(counts) != self.batch:
+            raise ValueError(f"cache: counts for {len(counts)} rows, the cache has {self.batch}")
+        num_new = max(counts, default=0)
+        common = min(self.starts, default=0)
+        if common and (self.length + num_new > self.capacity or common * 8 >= self.length):
+            self.drop_shared_padding()
+        self.reserve(self.length + num_new)
+        start, held_from, held_to = self.length, [], []
+        for r, (s, c) in enumerate(zip(self.starts, counts)):
+            shift = num_new - c
+            moves = shift > 0 and s < start  # a row with a cached prefix (not only padding) moves it
+            if moves:
+                for buffers in (self.k, self.v):
+                    for t in buffers:
+                        t[r, :, s + shift:start + shift] = t[r, :, s:start].clone()
+            # the new slots its keys moved into, [max(start, s + shift), start + shift), keep them
+            held_from.append(max(0, s + shift - start) if moves else 0)
+            held_to.append(shift if moves else 0)
+        if any(c != num_new for c in counts):
+            self._set_starts([s + num_new - c for s, c in zip(self.starts, counts)])
+        held = None
+        if any(held_to):
+            j = torch.arange(num_new, device=self.device)[None]
+            lo, hi = (torch.tensor(x, dtype=torch.long, device=self.device)[:, None] for x in (held_from, held_to))
+            held = (j >= lo) & (j < hi)
+        return Append(start, num_new, held)
 
-    def drop_left(self, count: int) -> None:
-        """Discard the first `count` slots of every row (left padding no row reads any more)."""
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, append: Append) -> tuple[torch.Tensor,
+                                                                                           torch.Tensor]:
+        """One layer of a pass: k, v [b, kv_heads, q, head_dim] of its q tokens, whose first `append.count` enter
+        the cache at `append.start` (held slots keep what they hold). Returns the keys and values the pass
+        attends to: the cached prefix, then the q tokens' own (a held slot's read from the cache)."""
+        start, n = append.start, append.count
+        cached_k, cached_v = self.k[layer], self.v[layer]
+        if append.held is not None:
+            held = append.held[:, None, :, None]
+            k = torch.cat((torch.where(held, cached_k[:, :, start:start + n].to(k.dtype), k[:, :, :n]),
+                           k[:, :, n:]), dim=2)
+            v = torch.cat((torch.where(held, cached_v[:, :, start:start + n].to(v.dtype), v[:, :, :n]),
+                           v[:, :, n:]), dim=2)
+        keys = torch.cat((cached_k[:, :, :start].to(k.dtype), k), dim=2)
+        values = torch.cat((cached_v[:, :, :start].to(v.dtype), v), dim=2)
+        # Only the appended tokens enter the cache; node tokens are scored and dropped.
+        cached_k[:, :, start:start + n] = k[:, :, :n]
+        cached_v[:, :, start:start + n] = v[:, :, :n]
+        return keys, values
+
+    def commit(self, append: Append) -> None:
+        """End a pass: its appended slots join every row's prefix."""
+        self.length = append.start + append.count
+
+    def drop_shared_padding(self) -> None:
+        """Left padding that every row has is dead space: discard it, so the cache holds the longest row only."""
+        count = min(self.starts, default=0)
         if count <= 0:
             return
         for buffers in (self.k, self.v):
             for t in buffers:
                 t[:, :, :self.length - count] = t[:, :, count:self.length].clone()
         self.length -= count
+        self._set_starts([s - count for s in self.starts])
 
-    def select_rows(self, index: torch.Tensor, extra: int = 0) -> None:
-        """Keep the rows `index` (in that order) and add `extra` empty rows after them."""
+    def keep_rows(self, index: list[int]) -> None:
+        """Keep the rows `index` (in that order); the others leave the cache."""
+        at = torch.tensor(index, dtype=torch.long, device=self.device)
         for buffers in (self.k, self.v):
             for i, t in enumerate(buffers):
-                kept = t[index]
-                if extra:
-                    kept = torch.cat((kept, t.new_zeros((extra,) + tuple(t.shape[1:]))), 0)  # read as padding: finite
-                buffers[i] = kept
-        self._shape = (len(index) + extra,) + self._shape[1:]
+                buffers[i] = t[at]
+        self._shape = (len(index),) + self._shape[1:]
+        self._set_starts([self.starts[i] for i in index])
+
+    def add_rows(self, count: int, max_capacity: int) -> None:
+        """Add `count` rows after the current ones, with no prefix: their keys will start where every row's
+        prefix ends (`length`); their slots read as zeros (finite padding). The buffers may now grow up to
+        `max_capacity` positions (at least the current capacity)."""
+        if max_capacity < self.capacity:
+            raise ValueError(f"cache: max_capacity {max_capacity} is below the capacity {self.capacity}")
+        self.max_capacity = max_capacity
+        for buffers in (self.k, self.v):
+            for i, t in enumerate(buffers):
+                buffers[i] = torch.cat((t, t.new_zeros((count,) + tuple(t.shape[1:]))), 0)
+        self._shape = (self._shape[0] + count,) + self._shape[1:]
+        self._set_starts(self.starts + [self.length] * count)
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
@@ -232,39 +362,32 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.norm_eps)
         self.k_norm = RMSNorm(hd, cfg.norm_eps)
 
-    def forward(self, x, positions, mask, cache: KVCache | None, layer: int, num_new: int, tree=None):
+    def forward(self, x, rope: Rotary, mask, cache: KVCache | None, layer: int, append: Append | None,
+                tree: TreeLayout | None = None, kernels: Kernels = TORCH):
+        """rope: the rotations of x's positions (`BlockDiffusionLM.rotary_tables`); append: the cache slots this
+        pass writes (`KVCache.right_align`), None: it writes none."""
         cfg, (b, q, _) = self.cfg, x.shape
         hd = cfg.head_dim
-        qh = self.q_norm(linear(x, self.q_proj.weight).view(b, q, cfg.n_heads, hd)).transpose(1, 2)
-        kh = self.k_norm(linear(x, self.k_proj.weight).view(b, q, cfg.n_kv_heads, hd)).transpose(1, 2)
-        vh = linear(x, self.v_proj.weight).view(b, q, cfg.n_kv_heads, hd).transpose(1, 2)
-        qh, kh = rotary(qh, positions, cfg.rope_theta), rotary(kh, positions, cfg.rope_theta)
+        qh = self.q_norm(linear(x, self.q_proj.weight, kernels).view(b, q, cfg.n_heads, hd), kernels).transpose(1, 2)
+        kh = self.k_norm(linear(x, self.k_proj.weight, kernels).view(b, q, cfg.n_kv_heads, hd), kernels) \
+            .transpose(1, 2)
+        vh = linear(x, self.v_proj.weight, kernels).view(b, q, cfg.n_kv_heads, hd).transpose(1, 2)
+        qh, kh = rotary(qh, rope), rotary(kh, rope)
         if cache is not None:
-            start = cache.length
-            if cache.held is not None:  # slots that hold a row's own shifted prefix keep it (per-row progress)
-                held = cache.held[:, None, :, None]
-                kh = torch.cat((torch.where(held, cache.k[layer][:, :, start:start + num_new].to(kh.dtype),
-                                            kh[:, :, :num_new]), kh[:, :, num_new:]), dim=2)
-                vh = torch.cat((torch.where(held, cache.v[layer][:, :, start:start + num_new].to(vh.dtype),
-                                            vh[:, :, :num_new]), vh[:, :, num_new:]), dim=2)
-            keys = torch.cat((cache.k[layer][:, :, :start].to(kh.dtype), kh), dim=2)
-            values = torch.cat((cache.v[layer][:, :, :start].to(vh.dtype), vh), dim=2)
-            # Only the first `num_new` query tokens (the causal prefix being appended) enter the cache;
-            # node tokens are scored and dropped.
-            cache.k[layer][:, :, start:start + num_new] = kh[:, :, :num_new]
-            cache.v[layer][:, :, start:start + num_new] = vh[:, :, :num_new]
+            append = Append(cache.length, 0) if append is None else append
+            keys, values = cache.update(layer, kh, vh, append)
         else:
             keys, values = kh, vh
+        num_new = append.count if append is not None else 0
         if tree is not None:
-            out = self._tree_attention(qh, keys, values, mask, tree, num_new)
+            out = self._tree_attention(qh, keys, values, mask, tree, num_new, kernels)
         else:
             groups = cfg.n_heads // cfg.n_kv_heads
             out = F.scaled_dot_product_attention(qh, keys.repeat_interleave(groups, dim=1),
                                                  values.repeat_interleave(groups, dim=1), attn_mask=mask)
-        return linear(out.transpose(1, 2).reshape(b, q, cfg.n_heads * hd), self.o_proj.weight)
+        return linear(out.transpose(1, 2).reshape(b, q, cfg.n_heads * hd), self.o_proj.weight, kernels)
 
-
-    def _tree_attention(self, qh, keys, values, mask, tree: "TreeLayout", num_new: int):
+    def _tree_attention(self, qh, keys, values, mask, tree: TreeLayout, num_new: int, kernels: Kernels):
         """Pending tokens attend causally to the prefix (dense mask); node tokens go through
         `spot_kernels.tree_attention`: the shared prefix plus their own node only. Each node's row is computed
         by the same reductions whatever the number of nodes, so a root scored beside 15 drafted nodes gets
@@ -272,12 +395,12 @@ class Attention(nn.Module):
         b, hq, q, hd = qh.shape
         n, B = tree.num_nodes, tree.block_size
         prefix = keys.shape[2] - n * B
-        triton_path = _KERNELS.get() == "triton"
+        triton_path = kernels.triton
         # On a CPU each row reads its keys from its first real one: vectorised reductions group a row's keys by
         # their index, so a row's float32 results would otherwise change with its left padding, i.e. with the
         # other rows of the batch and, under per-row progress, with the pass schedule (docs/half_precision.md).
         own_rows = qh.device.type == "cpu" and not triton_path
-        starts = tree.key_start.tolist() if own_rows else None
+        starts = (tree.starts if tree.starts is not None else tree.key_start.tolist()) if own_rows else None
         parts = []
         if num_new:
             groups = hq // keys.shape[1]
@@ -318,10 +441,11 @@ class Attention(nn.Module):
             zero = tree.key_start.new_zeros(1)
             nodes = torch.cat([spot_kernels.tree_attention(q_nodes[r:r + 1], k_prefix[r:r + 1, :, ks:],
                                                            v_prefix[r:r + 1, :, ks:], k_nodes[r:r + 1],
-                                                           v_nodes[r:r + 1], zero) for r, ks in enumerate(starts)])
+                                                           v_nodes[r:r + 1], zero, backend=kernels.attention_backend)
+                               for r, ks in enumerate(starts)])
         else:
             nodes = spot_kernels.tree_attention(q_nodes, k_prefix, v_prefix, k_nodes, v_nodes, tree.key_start,
-                                                backend="triton" if triton_path else "auto")
+                                                backend=kernels.attention_backend)
         parts.append(nodes[:, :, :n].reshape(b, hq, n * B, hd))
         return torch.cat(parts, dim=2)
 
@@ -333,8 +457,9 @@ class MLP(nn.Module):
         self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
         self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
 
-    def forward(self, x):
-        return linear(F.silu(linear(x, self.gate.weight)) * linear(x, self.up.weight), self.down.weight)
+    def forward(self, x, kernels: Kernels = TORCH):
+        return linear(F.silu(linear(x, self.gate.weight, kernels)) * linear(x, self.up.weight, kernels),
+                      self.down.weight, kernels)
 
 
 class Layer(nn.Module):
@@ -345,9 +470,9 @@ class Layer(nn.Module):
         self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, positions, mask, cache, layer, num_new, tree=None):
-        x = x + self.attn(self.attn_norm(x), positions, mask, cache, layer, num_new, tree)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, x, rope: Rotary, mask, cache, layer, append, tree=None, kernels: Kernels = TORCH):
+        x = x + self.attn(self.attn_norm(x, kernels), rope, mask, cache, layer, append, tree, kernels)
+        return x + self.mlp(self.mlp_norm(x, kernels), kernels)
 
 
 class BlockDiffusionLM(nn.Module):
@@ -367,45 +492,47 @@ class BlockDiffusionLM(nn.Module):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             nn.init.normal_(module.weight, std=0.02)
 
-    def forward(self, input_ids, positions, mask, cache: KVCache | None = None, num_new: int = 0,
+    def forward(self, input_ids, positions, mask, cache: KVCache | None = None, append: Append | None = None,
                 logits_from: int = 0, tree: TreeLayout | None = None, compute_dtype: torch.dtype | None = None,
-                kernels: str = "torch", head: bool = True):
+                kernels: Kernels = TORCH, head: bool = True):
         """input_ids, positions [b, q]; mask bool [b, 1, q, cache.length + q] (True = attend).
 
-        tree: when the last q - num_new tokens are `tree.num_nodes` copies of a block (a verification pass),
+        append: with a cache, the slots this pass writes (`KVCache.right_align`): its first `append.count`
+        tokens enter the cache (in the cache's dtype), which then holds them (`KVCache.commit`); None: none.
+        tree: when the last q - append.count tokens are `tree.num_nodes` copies of a block (a verification pass),
         they attend through the shared-prefix tree attention instead of the dense mask (same result). Only the
-        mask block of the first `num_new` tokens over the prefix, [b, 1, num_new, cache.length + num_new], is
-        then read, so the caller may pass just that block (None when num_new is 0).
+        mask block of the appended tokens over the prefix, [b, 1, count, cache.length + count], is then read, so
+        the caller may pass just that block (None when nothing is appended).
 
-        With a cache, the first `num_new` tokens are written to it after the pass (in the cache's dtype). Returns
-        logits [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens) in `compute_dtype`, the
-        dtype of every activation and reduction (default: the weights' dtype; weights are cast exactly on use).
-        head=False returns the final-norm hidden states [b, q - logits_from, d_model] instead; `lm_head` turns any
-        subset of their rows into exactly the logits the full pass gives them (the projection is row-invariant).
+        Returns logits [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens) in
+        `compute_dtype`, the dtype of every activation and reduction (default: the weights' dtype; weights are
+        cast exactly on use). head=False returns the final-norm hidden states [b, q - logits_from, d_model]
+        instead; `lm_head` turns any subset of their rows into exactly the logits the full pass gives them (the
+        projection is row-invariant).
 
-        kernels: "torch" (default) or "triton", the batch-invariant Triton path (module docstring).
+        kernels: the kernels every norm, projection and attention of the pass runs (`Kernels`; default torch).
         """
-        with use_kernels(kernels):
-            hidden = self._forward(input_ids, positions, mask, cache, num_new, logits_from, tree, compute_dtype)
-            return self.lm_head(hidden) if head else hidden
-
-    def lm_head(self, hidden: torch.Tensor, kernels: str | None = None) -> torch.Tensor:
-        """Final-norm hidden states [..., d_model] -> logits [..., V] (tied embeddings), in hidden's dtype.
-        kernels: as in `forward` (default: the running forward's, else "torch")."""
-        with use_kernels(kernels or _KERNELS.get()):
-            return linear(hidden, self.embed.weight)
-
-    def _forward(self, input_ids, positions, mask, cache, num_new, logits_from, tree, compute_dtype):
         x = self.embed(input_ids)
         if compute_dtype is not None:
             x = x.to(compute_dtype)
-        if cache is not None:
-            cache.reserve(cache.length + num_new)
+        if cache is not None and append is not None:
+            cache.reserve(append.start + append.count)
+        rope = self.rotary_tables(positions, x.dtype)
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, mask, cache, i, num_new, tree)
-        if cache is not None:
-            cache.length += num_new
-        return self.norm(x[:, logits_from:])
+            x = layer(x, rope, mask, cache, i, append, tree, kernels)
+        if cache is not None and append is not None:
+            cache.commit(append)
+        hidden = self.norm(x[:, logits_from:], kernels)
+        return self.lm_head(hidden, kernels) if head else hidden
+
+    def rotary_tables(self, positions: torch.Tensor, dtype: torch.dtype) -> Rotary:
+        """The rotations of positions [b, q] in `dtype`, for every layer of a pass."""
+        return rotary_tables(positions, self.cfg.head_dim, self.cfg.rope_theta, dtype)
+
+    def lm_head(self, hidden: torch.Tensor, kernels: Kernels = TORCH) -> torch.Tensor:
+        """Final-norm hidden states [..., d_model] -> logits [..., V] (tied embeddings), in hidden's dtype, through
+        `kernels` (those of the forward that gave `hidden`, for its exact logits)."""
+        return linear(hidden, self.embed.weight, kernels)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -18,7 +18,7 @@ import torch
 import spot_kernels
 
 from .limits import KV_CACHE_LIMIT_GB, MEMORY_LIMIT_GB, kv_cache_limit_bytes, memory_limit_bytes  # noqa: F401
-from .model import KERNELS, BlockDiffusionLM, KVCache, TreeLayout
+from .model import KERNELS, BlockDiffusionLM, Kernels, KVCache, TreeLayout
 
 
 class Session(ABC):
@@ -101,8 +101,13 @@ class Target(ABC):
     aligned_blocks: bool = False
 
     @abstractmethod
-    def start(self, prompts: list[list[int]], max_new_tokens: int, block_size: int) -> Session:
-        """Open a session whose prefix holds the prompts (prefilled inside the first pass)."""
+    def start(self, prompts: list[list[int]], max_new_tokens: int, block_size: int, *,
+              backend: str = "auto") -> Session:
+        """Open a session whose prefix holds the prompts (prefilled inside the first pass).
+
+        backend: the spot_kernels backend of the ops the session's passes run, from `generate(backend=...)`: the
+        embedded target's tree masks, positions and tree attention. Targets whose passes run the model's own
+        forward (the Hugging Face, diffusers and family targets) ignore it."""
 
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -138,8 +143,8 @@ class ModelTarget(Target):
     half dtype on a CPU computes natively too (faster on CPUs with bfloat16 matrix units, not batch-invariant).
 
     kernels: "auto" (default), "torch" or "triton". "triton" runs every pass through the batch-invariant Triton
-    kernels (`BlockDiffusionLM.forward(kernels="triton")`), computing in float32 by default; "auto" takes it for a
-    bfloat16 or float16 model on a GPU when Triton is importable, else "torch" (the CPU path, unchanged). On CPU
+    kernels (`model.Kernels("triton")`, handed to every pass), computing in float32 by default; "auto" takes it for
+    a bfloat16 or float16 model on a GPU when Triton is importable, else "torch" (the CPU path, unchanged). On CPU
     tensors "triton" needs TRITON_INTERPRET=1 (Triton's interpreter: slow, for tests).
     """
 
@@ -198,28 +203,38 @@ class ModelTarget(Target):
     def dtype(self) -> torch.dtype:
         return self.model.embed.weight.dtype
 
-    def start(self, prompts, max_new_tokens, block_size):
-        return ModelSession(self, prompts, max_new_tokens, block_size)
+    def start(self, prompts, max_new_tokens, block_size, *, backend: str = "auto"):
+        return ModelSession(self, prompts, max_new_tokens, block_size, Kernels(self.kernels, backend))
 
 
 class ModelSession(Session):
-    """Rows are right-aligned in one KV cache: every row's prefix ends at the cache's common length and
+    """Rows are right-aligned in one KV cache (`KVCache`): every row's prefix ends at the cache's common length and
     `key_start[row]` is its first real key (left padding before it). A pass appends each row's pending tokens (its
-    prompt, or the blocks it finished); a row with fewer pending tokens than the longest first moves its prefix right
-    by the difference (`KVCache.shift_rows`), so rows advance block by block at their own pace (`per_row`) and any
-    row can leave (`release`) or join (`admit`) between passes. Positions count from each row's key_start, so where
-    a row's keys sit in the cache does not change what it computes."""
+    prompt, or the blocks it finished); the cache moves the prefix of a row with fewer pending tokens than the
+    longest right by the difference (`KVCache.right_align`), so rows advance block by block at their own pace
+    (`per_row`) and any row can leave (`release`) or join (`admit`) between passes. Positions count from each row's
+    key_start, so where a row's keys sit in the cache does not change what it computes. Every per-pass decision
+    reads host integers (the pending counts, `KVCache.starts`): a pass makes no device read.
+
+    kernels: what every pass runs (`Kernels`: the Triton or torch path, and the spot_kernels backend of its tree
+    ops), fixed for the session; default the target's kernels with backend "auto"."""
 
     per_row = True
 
-    def __init__(self, target: ModelTarget, prompts, max_new_tokens: int, block_size: int):
+    def __init__(self, target: ModelTarget, prompts, max_new_tokens: int, block_size: int,
+                 kernels: Kernels | None = None):
         self.target, self.batch, self.passes = target, 0, 0
+        self.kernels = Kernels(target.kernels) if kernels is None else kernels
         self.max_new_tokens, self.block_size = max_new_tokens, block_size
-        cfg, dtype = target.model.cfg, target.compute_dtype
+        self.compute_dtype = target.compute_dtype
         self.pending: list[torch.Tensor] = []
-        self.key_start = torch.zeros(0, dtype=torch.long, device=target.device)
-        self.cache = KVCache(cfg, 0, 0, dtype, target.device, max_capacity=0)
+        self.cache = KVCache(target.model.cfg, 0, 0, self.compute_dtype, target.device, max_capacity=0)
         self.admit(prompts)
+
+    @property
+    def key_start(self) -> torch.Tensor:
+        """int64 [batch]: each row's first real key in the cache."""
+        return self.cache.key_start
 
     def _most(self, prompts) -> int:
         """Cache slots this session may need: its longest prompt and answer, plus what one pass may append on top
@@ -231,7 +246,7 @@ class ModelSession(Session):
     def admit(self, prompts) -> None:
         """Add rows for `prompts` after the current ones; their prompts are prefilled inside the next pass."""
         target, device = self.target, self.target.device
-        cfg, dtype = target.model.cfg, target.compute_dtype
+        cfg, dtype = target.model.cfg, self.compute_dtype
         most = max(self.cache.max_capacity, self._most(prompts))
         batch = self.batch + len(prompts)
         per_position = 2 * cfg.n_layers * batch * cfg.n_kv_heads * cfg.head_dim * dtype.itemsize
@@ -245,37 +260,24 @@ class ModelSession(Session):
             first = max((len(p) for p in prompts), default=0) + self.block_size
             self.cache = KVCache(cfg, batch, min(most, first), dtype, device, max_capacity=most)
         else:
-            self.cache.select_rows(torch.arange(self.batch, device=device), extra=len(prompts))
-            self.cache.max_capacity = most
+            self.cache.add_rows(len(prompts), max_capacity=most)
         self.pending += [torch.as_tensor(p, dtype=torch.long).to(device) for p in prompts]
-        # A new row has no cached prefix: its keys start where every row's prefix ends.
-        self.key_start = torch.cat((self.key_start, torch.full((len(prompts),), self.cache.length,
-                                                               dtype=torch.long, device=device)))
         self.batch = batch
 
     def release(self, keep: torch.Tensor) -> None:
         """Keep only the rows `keep` (int64 indices, in order): the others leave the session and its passes."""
-        self.cache.select_rows(keep)
-        self.key_start = self.key_start[keep]
-        self.pending = [self.pending[i] for i in keep.tolist()]
-        self.batch = len(keep)
-        self._drop_shared_padding()
-
-    def _drop_shared_padding(self) -> None:
-        """Left padding that every row has is dead space: drop it, so the cache holds the longest row only."""
-        if self.batch:
-            common = int(self.key_start.min())
-            if common:
-                self.cache.drop_left(common)
-                self.key_start = self.key_start - common
+        index = keep.tolist()
+        self.cache.keep_rows(index)
+        self.cache.drop_shared_padding()
+        self.pending = [self.pending[i] for i in index]
+        self.batch = len(index)
 
     @property
     def block_start(self) -> torch.Tensor:
-        return self.cache.length - self.key_start + self._pending_counts()
-
-    def _pending_counts(self) -> torch.Tensor:
-        """int64 [b]: how many tokens each row appends in the next pass."""
-        return torch.tensor([len(p) for p in self.pending], dtype=torch.long, device=self.key_start.device)
+        start = self.cache.length - self.cache.key_start
+        counts = [len(p) for p in self.pending]
+        # within a block nothing is pending: no host-to-device copy (a blocking one syncs a GPU stream)
+        return start + torch.tensor(counts, dtype=torch.long, device=start.device) if any(counts) else start
 
     def score(self, nodes: torch.Tensor) -> torch.Tensor:
         b, n, B = nodes.shape
@@ -283,31 +285,14 @@ class ModelSession(Session):
 
     def score_lazily(self, nodes: torch.Tensor) -> NodeLogits:
         b, n, B = nodes.shape
-        return _ProjectedLogits(self._pass(nodes, head=False).view(b, n, B, -1), self.target)
+        return _ProjectedLogits(self._pass(nodes, head=False).view(b, n, B, -1), self.target.model, self.kernels)
 
-    def _right_align(self) -> torch.Tensor:
-        """The pending tokens [b, num_new], each row's at the end: a row with fewer first shifts its prefix right
-        by the difference, and those slots are marked `held` for the pass (they keep the row's own keys)."""
-        device, cache = self.key_start.device, self.cache
-        counts = self._pending_counts()
-        num_new = int(counts.max()) if self.batch else 0
-        common = int(self.key_start.min()) if self.batch else 0
-        if common and (cache.length + num_new > cache.capacity or common * 8 >= cache.length):
-            self._drop_shared_padding()  # before growing the cache, or once it is 1/8 dead space
-        shift = num_new - counts
-        cached = self.key_start < cache.length  # rows with a prefix in the cache (not only padding)
-        cache.reserve(cache.length + num_new)
-        cache.shift_rows(shift * cached, self.key_start)
-        self.key_start = self.key_start + shift
-        slot = cache.length + torch.arange(num_new, device=device)[None]
-        # The new slots a row's shifted prefix landed in keep its keys; the others, this pass's pending tokens or
-        # (below key_start) padding, take what the pass computes there, so every slot holds finite values.
-        held = (slot < cache.length + shift[:, None]) & (slot >= self.key_start[:, None]) & cached[:, None]
-        ids = torch.full((self.batch, num_new), self.target.pad_id, dtype=torch.long, device=device)
+    def _pending_ids(self, num_new: int) -> torch.Tensor:
+        """The pending tokens [b, num_new], each row's at the end (left-padded with pad_id)."""
+        ids = torch.full((self.batch, num_new), self.target.pad_id, dtype=torch.long, device=self.cache.device)
         for i, p in enumerate(self.pending):
             if len(p):
                 ids[i, num_new - len(p):] = p
-        cache.held = held if bool(held.any()) else None
         return ids
 
     @torch.no_grad()
@@ -316,23 +301,18 @@ class ModelSession(Session):
         b, n, B = nodes.shape
         if b != self.batch:
             raise ValueError(f"session: nodes for {b} rows, the session has {self.batch}")
-        pending = self._right_align()
-        num_new = pending.shape[1]
-        prefix_len = self.cache.length + num_new
-        if prefix_len > self.cache.max_capacity:
-            raise RuntimeError(f"session: cache capacity {self.cache.max_capacity} exceeded ({prefix_len})")
-        shape = dict(prefix_len=prefix_len, num_new=num_new, num_nodes=n, block_size=B)
+        append = self.cache.right_align([len(p) for p in self.pending])
+        num_new, key_start = append.count, self.cache.key_start
+        shape = dict(prefix_len=append.start + num_new, num_new=num_new, num_nodes=n, block_size=B)
+        backend = self.kernels.tree_backend
         # The tree path reads only the appended tokens' rows over the prefix (the nodes go through
         # tree_attention): build that block alone, none at all when nothing is appended.
-        mask = spot_kernels.tree_mask(self.key_start, **{**shape, "num_nodes": 0}) if num_new else None
-        positions = spot_kernels.tree_position_ids(self.key_start, **shape)
-        ids = torch.cat((pending, nodes.reshape(b, n * B)), dim=1)
-        try:
-            out = self.target.model(ids, positions, mask, self.cache, num_new=num_new, logits_from=num_new,
-                                    tree=TreeLayout(self.key_start, n, B), compute_dtype=self.target.compute_dtype,
-                                    kernels=self.target.kernels, head=head)
-        finally:
-            self.cache.held = None
+        mask = spot_kernels.tree_mask(key_start, **{**shape, "num_nodes": 0}, backend=backend) if num_new else None
+        positions = spot_kernels.tree_position_ids(key_start, **shape, backend=backend)
+        ids = torch.cat((self._pending_ids(num_new), nodes.reshape(b, n * B)), dim=1)
+        out = self.target.model(ids, positions, mask, self.cache, append, logits_from=num_new,
+                                tree=TreeLayout(key_start, n, B, tuple(self.cache.starts)),
+                                compute_dtype=self.compute_dtype, kernels=self.kernels, head=head)
         self.pending = [p[:0] for p in self.pending]
         self.passes += 1
         return out
@@ -340,15 +320,16 @@ class ModelSession(Session):
     def append(self, block: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         rows = range(self.batch) if rows is None else rows.tolist()
         for i, r in enumerate(rows):
-            self.pending[r] = torch.cat((self.pending[r], block[i].to(self.key_start.device)))
+            self.pending[r] = torch.cat((self.pending[r], block[i].to(self.cache.device)))
 
 
 class _ProjectedLogits(NodeLogits):
-    """A `ModelSession` pass's hidden states, projected by the LM head only where asked: the head's projection is
-    row-invariant (`model.linear`), so a node's logits are bit-identical to `score`'s."""
+    """A `ModelSession` pass's hidden states, projected by the LM head only where asked, through the pass's own
+    kernels: the head's projection is row-invariant (`model.linear`), so a node's logits are bit-identical to
+    `score`'s."""
 
-    def __init__(self, hidden: torch.Tensor, target: ModelTarget):
-        self._hidden, self._target = hidden, target
+    def __init__(self, hidden: torch.Tensor, model: BlockDiffusionLM, kernels: Kernels):
+        self._hidden, self._model, self._kernels = hidden, model, kernels
 
     @property
     def dtype(self) -> torch.dtype:
@@ -356,8 +337,8 @@ class _ProjectedLogits(NodeLogits):
 
     @torch.no_grad()
     def full(self) -> torch.Tensor:
-        return self._target.model.lm_head(self._hidden, self._target.kernels)
+        return self._model.lm_head(self._hidden, self._kernels)
 
     @torch.no_grad()
     def of(self, rows: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
-        return self._target.model.lm_head(self._hidden[rows, nodes], self._target.kernels)
+        return self._model.lm_head(self._hidden[rows, nodes], self._kernels)

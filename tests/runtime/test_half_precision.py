@@ -111,8 +111,8 @@ def test_half_precision_model_targets_are_batch_invariant(targets):
 class _Float32Blind(StateBlindTarget):
     """A foreign target (not a ModelTarget) whose logits are float32."""
 
-    def start(self, prompts, max_new_tokens, block_size):
-        session = super().start(prompts, max_new_tokens, block_size)
+    def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
+        session = super().start(prompts, max_new_tokens, block_size, backend=backend)
         score = session.score
         session.score = lambda nodes: score(nodes).float()
         return session

@@ -124,7 +124,7 @@ def test_session_cache_grows_with_the_prefix_not_max_new_tokens():
     # decoding through generate, stopped early by end-of-sequence, leaves the cache far below max_new_tokens
     eos = spot.generate(target, [[4, 5]], max_new_tokens=8, block_size=B, eos_id=None).tokens[0][5]
     sessions, start = [], target.start
-    target.start = lambda *args: sessions.append(start(*args)) or sessions[-1]
+    target.start = lambda *args, **kw: sessions.append(start(*args, **kw)) or sessions[-1]
     out = spot.generate(target, [[4, 5]], "confidence", max_new_tokens=10**5, block_size=B, eos_id=eos)
     assert out.tokens[0][-1] == eos and len(out.tokens[0]) <= 2 * B
     assert sessions[0].cache.capacity <= 2 * (2 + 2 * B) < 10**5
@@ -191,3 +191,150 @@ def test_pass_builds_only_the_mask_block_the_model_reads(monkeypatch):
     assert torch.equal(dense.score(nodes), first)
     dense.append(torch.tensor([[7, 8, 9, 10]]))
     assert torch.equal(dense.score(nodes), second)
+
+
+def test_the_pass_settings_travel_as_arguments_not_hidden_state():
+    """The kernels and backend of a pass reach the norms, projections, attention and LM head as arguments: no
+    context variable carries them, and neither module sets an attribute on another object (a cache's `held`
+    flag set by the session, say): every attribute assignment in model.py and target.py is to `self`."""
+    import ast
+    import pathlib
+
+    import spot.model
+    import spot.target
+
+    for module in (spot.model, spot.target):
+        source = pathlib.Path(module.__file__).read_text()
+        assert "contextvars" not in source and "ContextVar" not in source, module.__name__
+        foreign = []
+        for node in ast.walk(ast.parse(source)):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for t in targets:
+                for part in ast.walk(t):
+                    if isinstance(part, ast.Attribute) and isinstance(part.ctx, ast.Store) and not (
+                            isinstance(part.value, ast.Name) and part.value.id == "self"):
+                        foreign.append(f"line {part.lineno}: {ast.unparse(part)}")
+        assert not foreign, f"{module.__name__} sets attributes of other objects: {foreign}"
+
+
+def test_generate_backend_reaches_the_target_pass(monkeypatch):
+    """generate(backend=...) is the backend of the embedded target's tree ops too (tree_mask, tree_position_ids,
+    tree_attention), not only of the round's; "cpu", which has no tree-op kernels, covers them with the reference
+    (as SPOT_BACKEND=cpu does); the tokens are the same under every backend, and an unknown one is refused."""
+    import spot_kernels
+
+    target = sharp_target()
+    prompts, kw = [[4, 5, 6], [7, 8]], dict(max_new_tokens=8, block_size=B)
+    want = spot.generate(target, prompts, "confidence", **kw).tokens
+    real, asked = spot_kernels.backends.resolve, []
+
+    def recording(op, device, backend="auto"):
+        asked.append((op, backend))
+        return real(op, device, backend)
+
+    monkeypatch.setattr(spot_kernels.backends, "resolve", recording)
+    for backend, tree_backend in (("reference", "reference"), ("cpu", "reference")):
+        if backend == "cpu" and "cpu" not in spot_kernels.available_backends("score", "cpu"):
+            continue  # the extension was built without its CPU kernels: the round could not run under "cpu"
+        asked.clear()
+        assert spot.generate(target, prompts, "confidence", backend=backend, **kw).tokens == want
+        tree_ops = {(op, b) for op, b in asked if op.startswith("tree_")}
+        assert {op for op, _ in tree_ops} == {"tree_mask", "tree_position_ids", "tree_attention"}
+        assert {b for _, b in tree_ops} == {tree_backend}, tree_ops
+    with pytest.raises(ValueError, match="backend must be one of"):
+        target.start(prompts, 8, B, backend="gpu")
+
+
+def test_the_cache_right_aligns_rows_from_host_integers():
+    """KVCache.right_align for a pass appending 1 token to row 0 and 3 to row 1: row 0's keys move right by 2, into
+    two new slots the pass keeps (`Append.held`); row 1 (joined with no prefix) starts where its tokens will; the
+    decisions read host integers only. Padding every row shares is dropped, rows leave."""
+    from spot.model import Append
+
+    def kv(values):  # [1 or 2 rows, kv heads, len(values), head_dim] holding `values` along the positions
+        return torch.tensor(values, dtype=torch.float64)[None, None, :, None].expand(
+            1, TINY.n_kv_heads, len(values), TINY.head_dim)
+
+    cache = KVCache(TINY, batch=1, capacity=4, dtype=torch.float64, device="cpu", max_capacity=16)
+    append = cache.right_align([3])
+    assert append == Append(0, 3, None)
+    for layer in range(TINY.n_layers):
+        cache.update(layer, kv([1.0, 2.0, 3.0]), kv([1.0, 2.0, 3.0]), append)
+    cache.commit(append)
+    cache.add_rows(1, max_capacity=16)
+    assert cache.length == 3 and cache.starts == [0, 3] and cache.key_start.tolist() == [0, 3]
+    append = cache.right_align([1, 3])
+    assert (append.start, append.count) == (3, 3) and cache.capacity >= 6
+    assert append.held.tolist() == [[True, True, False], [False, False, False]]
+    assert cache.starts == [2, 3] and cache.key_start.tolist() == [2, 3]
+    for t in cache.k + cache.v:
+        assert t[0, 0, 2:5, 0].tolist() == [1.0, 2.0, 3.0]
+    new = torch.full((2, TINY.n_kv_heads, 3, TINY.head_dim), -1.0, dtype=torch.float64)
+    keys, _ = cache.update(0, new, new.clone(), append)
+    assert keys[0, 0, 2:, 0].tolist() == [1.0, 2.0, 3.0, -1.0]  # the held slots keep row 0's keys
+    assert keys[1, 0, 3:, 0].tolist() == [-1.0, -1.0, -1.0]
+    cache.commit(append)
+    # the next pass appends nothing: first the two slots of padding both rows have (1/8 of the cache) go
+    assert cache.length == 6 and cache.right_align([0, 0]) == Append(4, 0, None) and cache.starts == [0, 1]
+    cache.keep_rows([1])
+    cache.drop_shared_padding()
+    assert cache.length == 3 and cache.starts == [0] and cache.k[0].shape[0] == 1
+    assert cache.k[0][0, 0, :, 0].tolist()[:3] == [-1.0, -1.0, -1.0]
+
+
+class _Graphs:
+    """A torch.compile backend that counts the graphs it traces and the calls run through them (eagerly)."""
+
+    def __init__(self):
+        self.graphs = self.calls = 0
+
+    def __call__(self, gm, example_inputs):
+        self.graphs += 1
+
+        def run(*args):
+            self.calls += 1
+            return gm.forward(*args)
+        return run
+
+
+@pytest.mark.parametrize("method", ["standard", "spot"])
+def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
+    """torch.compile(fullgraph=True) traces the embedded target's whole pass (KV-cache alignment, masks, positions,
+    tree attention, LM head) with no graph break, and decoding through it gives eager's tokens and passes. The
+    graph specialises on the cache's host integers (its length and row starts), so it is traced again when they
+    change (after a pass that appends), and reused by the passes within a block."""
+    import torch._dynamo
+
+    from spot.order_model import LearnedDrafter
+    from spot.target import ModelSession, NodeLogits
+    from tiny import small_model
+
+    graphs = _Graphs()
+
+    class CompiledSession(ModelSession):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self._score = torch.compile(super().score, fullgraph=True, backend=graphs)
+
+        def score_lazily(self, nodes):
+            return NodeLogits(self._score(nodes))
+
+    class CompiledTarget(type(sharp_target())):
+        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
+            from spot.model import Kernels
+            return CompiledSession(self, prompts, max_new_tokens, block_size, Kernels(self.kernels, backend))
+
+    eager_target = sharp_target()
+    compiled_target = CompiledTarget(eager_target.model)
+    kw = dict(max_new_tokens=12, block_size=B, temperature=0.0)
+    if method == "spot":
+        kw.update(drafter=LearnedDrafter(small_model()), budget=4)
+    prompts = [[4, 5, 6], [7, 8, 9, 10, 11]]
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
+        eager = spot.generate(eager_target, prompts, method, **kw)
+        compiled = spot.generate(compiled_target, prompts, method, **kw)
+    assert compiled.tokens == eager.tokens and torch.equal(compiled.orders, eager.orders)
+    assert compiled.stats.target_passes == eager.stats.target_passes == graphs.calls
+    assert 0 < graphs.graphs < graphs.calls  # passes within a block reuse their graph

@@ -430,11 +430,12 @@ def measure_pass_curve(shape: Shape, nodes=(1, 2, 4, 8, 16, 32, 64), block: int 
         tree = TreeLayout(key_start, n, block)
         mask = spot_kernels.tree_mask(key_start, prefix, 0, n, block)
         x = model.embed(ids)
+        rope = model.rotary_tables(positions, x.dtype)
 
         def stack():
             h = x
             for i, layer in enumerate(model.layers):
-                h = layer(h, positions, mask, cache, i, 0, tree)
+                h = layer(h, rope, mask, cache, i, None, tree)
             return h
 
         def head():
