@@ -73,13 +73,14 @@ class ByLengthSession(Session):
     """Rows grouped by prompt length, one unpadded `BidirectionalSession` per length: a pass makes one model call
     per group (each counted in `passes`)."""
 
-    def __init__(self, target, prompts, max_new_tokens: int, block_size: int):
+    def __init__(self, target, prompts, max_new_tokens: int, block_size: int, *, backend: str = "auto"):
         self.batch = len(prompts)
         lengths = sorted({len(p) for p in prompts})
         self.groups = []
         for length in lengths:
             rows = [i for i, p in enumerate(prompts) if len(p) == length]
-            sub = BidirectionalSession(target, [prompts[i] for i in rows], max_new_tokens, block_size)
+            sub = BidirectionalSession(target, [prompts[i] for i in rows], max_new_tokens, block_size,
+                                      backend=backend)
             self.groups.append((torch.tensor(rows, dtype=torch.long, device=target.device), sub))
 
     @property
@@ -171,10 +172,10 @@ class AlignedBlockSession(_LeftPadded):
     last pass (block-bidirectional among themselves, seeing the prefix) and N copies of the current block (each
     seeing the prefix and itself), with `store_kv`; the copies' keys are cropped after the pass."""
 
-    def __init__(self, target: HFTarget, prompts, max_new_tokens: int, block_size: int):
+    def __init__(self, target: HFTarget, prompts, max_new_tokens: int, block_size: int, *, backend: str = "auto"):
         B = block_size
         whole = [p[:len(p) // B * B] for p in prompts]
-        super().__init__(target, whole, max_new_tokens, block_size)
+        super().__init__(target, whole, max_new_tokens, block_size, backend=backend)
         self.prompt_head = [len(p) % B for p in prompts]
         eos = target.eos_id
         if eos is not None and any(eos in p[len(w):] for p, w in zip(prompts, whole)):

@@ -28,6 +28,7 @@ import torch
 import spot_kernels
 
 from .limits import kv_cache_limit_bytes, prompts_without_mask, size, token_id
+from .model import Kernels
 from .target import Session, Target
 
 LAYOUTS = ("block_causal", "bidirectional")
@@ -123,7 +124,7 @@ class HFTarget(Target):
                              "prompt needs at least one token")
         prompts_without_mask(prompts, self.mask_id)
         self._check_size(prompts, max_new_tokens, block_size)
-        return self.session_class()(self, prompts, max_new_tokens, block_size)
+        return self.session_class()(self, prompts, max_new_tokens, block_size, backend=backend)
 
     def session_class(self):
         return BlockCausalSession if self.layout == "block_causal" else BidirectionalSession
@@ -330,10 +331,13 @@ class HFTarget(Target):
 
 
 class _LeftPadded(Session):
-    """Prompts left-padded to one width: `key_start` [b] is the first real token of each row."""
+    """Prompts left-padded to one width: `key_start` [b] is the first real token of each row. `backend`: the
+    spot_kernels backend of the session's tree ops (`generate(backend=...)`; "cpu", which has none, covers them with
+    the reference, as on the embedded target: `Kernels.tree_backend`)."""
 
-    def __init__(self, target: HFTarget, prompts, max_new_tokens: int, block_size: int):
+    def __init__(self, target: HFTarget, prompts, max_new_tokens: int, block_size: int, *, backend: str = "auto"):
         self.target, self.batch, self.passes = target, len(prompts), 0
+        self.tree_backend = Kernels(backend=backend).tree_backend
         self.block_size = block_size
         self.width = max((len(p) for p in prompts), default=0)
         ids = torch.full((self.batch, self.width), target.pad_id, dtype=torch.long)
@@ -348,8 +352,8 @@ class _LeftPadded(Session):
 class BlockCausalSession(_LeftPadded):
     """Committed tokens in a KV cache; N copies of the current block per pass (module docstring)."""
 
-    def __init__(self, target, prompts, max_new_tokens, block_size):
-        super().__init__(target, prompts, max_new_tokens, block_size)
+    def __init__(self, target, prompts, max_new_tokens, block_size, *, backend: str = "auto"):
+        super().__init__(target, prompts, max_new_tokens, block_size, backend=backend)
         self.pending = self.prompt_ids  # tokens that join the prefix in the next pass
         self.cache = target.new_cache()
         self.cache_len = 0
@@ -363,8 +367,8 @@ class BlockCausalSession(_LeftPadded):
         num_new = self.pending.shape[1]
         prefix_len = self.cache_len + num_new
         shape = dict(prefix_len=prefix_len, num_new=num_new, num_nodes=n, block_size=B)
-        visible = spot_kernels.tree_mask(self.key_start, **shape)
-        positions = spot_kernels.tree_position_ids(self.key_start, **shape)
+        visible = spot_kernels.tree_mask(self.key_start, **shape, backend=self.tree_backend)
+        positions = spot_kernels.tree_position_ids(self.key_start, **shape, backend=self.tree_backend)
         ids = torch.cat((self.pending, nodes.reshape(b, n * B)), dim=1)
         logits = self.target.forward(ids, visible, positions, cache=self.cache, keep=n * B)
         _crop(self.cache, prefix_len)  # the node copies' keys and values never stay in the cache
@@ -379,8 +383,8 @@ class BlockCausalSession(_LeftPadded):
 class BidirectionalSession(_LeftPadded):
     """No cache: N copies of the whole sequence per pass, as N batch rows (module docstring)."""
 
-    def __init__(self, target, prompts, max_new_tokens, block_size):
-        super().__init__(target, prompts, max_new_tokens, block_size)
+    def __init__(self, target, prompts, max_new_tokens, block_size, *, backend: str = "auto"):
+        super().__init__(target, prompts, max_new_tokens, block_size, backend=backend)
         blocks = -(-max_new_tokens // block_size)
         masked = torch.full((self.batch, blocks * block_size), target.mask_id, dtype=torch.long,
                             device=target.device)
