@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import spot_kernels
+from spot_kernels.ops.order_logits import weight_layout
 
 from .drafters import StaleFeatures
 from .limits import size
@@ -182,6 +183,16 @@ class OrderModel(nn.Module):
         return logits.masked_fill(~node_masked, float("-inf"))
 
 
+def pack_order_weights(model: OrderModel) -> torch.Tensor:
+    """The model's weights as one flat float32 tensor on its device, in `spot_kernels.ops.order_logits.weight_layout`
+    order: what `spot_kernels.order_logits` reads (built once per drafter, see `LearnedDrafter`)."""
+    cfg = model.cfg
+    layout = weight_layout(cfg.n_features, cfg.d_model, cfg.n_layers, cfg.d_ff, cfg.max_block, cfg.max_depth,
+                           cfg.token_dim if cfg.token_buckets else 0)
+    state = model.state_dict()
+    return torch.cat([state[name].detach().float().reshape(-1) for name, _ in layout])
+
+
 class StaleInputs(NamedTuple):
     """`OrderModel.stale_inputs`: per row [N, B, ...]."""
 
@@ -195,9 +206,11 @@ class LearnedDrafter:
 
     A tree calls `position_logits` once per depth with the same `StaleFeatures`: what depends on them alone (the
     stale feature columns, token embeddings and, per sequence and depth, the resampled probabilities) is computed
-    once per pass and per sequence, not once per frontier node and depth."""
+    once per pass and per sequence, not once per frontier node and depth; each depth's forward is then one op,
+    `spot_kernels.order_logits`, on weights packed once (`pack_order_weights`)."""
 
-    def __init__(self, model: OrderModel, sharpness: float | dict = 1.0, branch: int | None = None):
+    def __init__(self, model: OrderModel, sharpness: float | dict = 1.0, branch: int | None = None,
+                 backend: str = "auto"):
         """sharpness: `position_logits` returns the model's logits times this: one number, or {"greedy": g,
         "sampling": s} for T = 0 and T > 0 apart. A tree ranks its nodes by the product of their drafted
         probabilities along the path, as if the drafter's errors at successive depths were independent; they are
@@ -205,11 +218,15 @@ class LearnedDrafter:
         grows deeper chains along its first choices and fewer siblings. Which value is best is measured: the shipped
         drafter's (`tree_sharpness` in its drafter.json) came from held-out prompts (docs/drafter.md).
         branch: the children per frontier node its trees draft when `generate` is given none (None: the decoder's
-        default, spot.tree.BRANCH; `tree_branch` in drafter.json)."""
+        default, spot.tree.BRANCH; `tree_branch` in drafter.json).
+        backend: the spot_kernels backend of its ops (`order_logits`, `select_children` for the resampled inputs);
+        "auto" honours SPOT_BACKEND."""
         self.model = model.eval()
         self.branch = _positive_int("branch", branch)
         self.sharpness = _sharpness("sharpness", sharpness)
         self._stale = self._inputs = None  # the StaleFeatures last seen and what was computed from them
+        self._weights = self._weights_key = None  # pack_order_weights(model), and the parameters it was built from
+        self.backend = backend
 
     @property
     def device(self):
@@ -229,8 +246,6 @@ class LearnedDrafter:
     def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
         dev, cfg = self.device, self.model.cfg
         node_row_d, depth_d = node_row.to(dev), depth.to(dev)
-        # per-pass inputs for an OrderModel whose forward is OrderModel's; any other model is called per node
-        per_pass = isinstance(self.model, OrderModel) and type(self.model).forward is OrderModel.forward
         resampled = None
         if cfg.resampled:
             if stale.noise is None:
@@ -240,8 +255,9 @@ class LearnedDrafter:
             # per node (row-wise ops): no value-dependent shapes, so the round stays capturable (docs/round.md)
             resampled = resampled_confidence(stale.topk_probs.to(dev)[r], stale.topk_ids.to(dev)[r], noise.seed,
                                              noise.rows.to(dev)[r], stale.block_start.to(dev)[r],
-                                             noise.root_step.to(dev)[r] + depth_d, noise.temperature)
-        if not per_pass:
+                                             noise.root_step.to(dev)[r] + depth_d, noise.temperature,
+                                             backend=self.backend)
+        if not self._per_pass():
             top_ids = stale.topk_ids[node_row, :, 0].to(dev) if cfg.token_buckets else None
             logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
                                 stale.masked[node_row].to(dev), node_masked.to(dev), depth_d, resampled, top_ids)
@@ -251,8 +267,33 @@ class LearnedDrafter:
             self._inputs = self.model.stale_inputs(stale.topk_probs.to(dev), stale.confidence.to(dev),
                                                    stale.masked.to(dev), top_ids)
             self._stale = stale
-        logits = self.model.forward_nodes(self._inputs, node_masked.to(dev), depth_d, resampled, node_row_d)
+            self._pack_weights()
+        inputs = self._inputs
+        # the whole forward in one op (spot_kernels.order_logits: the same operations as OrderModel.forward_nodes)
+        logits = spot_kernels.order_logits(
+            inputs.features, inputs.masked, inputs.tokens, node_row_d, node_masked.to(dev), depth_d,
+            None if resampled is None else resampled.float(), self._weights, cfg.d_model, cfg.n_layers,
+            cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth, backend=self.backend)
         return self._sharpened(logits, stale).to(node_masked.device)
+
+    def _per_pass(self) -> bool:
+        """Whether the per-pass path (stale inputs once per pass, the fused op per depth) computes what the model
+        would: a plain float32 OrderModel whose modules carry no hooks (a hook, such as OnlineCalibrated's
+        hidden-state one, must see the modules run, so such a model is called as a module, per node)."""
+        m = self.model
+        if not isinstance(m, OrderModel) or type(m).forward is not OrderModel.forward:
+            return False
+        if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+            return False
+        return m.head.weight.dtype == torch.float32 and not any(
+            mod._forward_hooks or mod._forward_pre_hooks for mod in m.modules())
+
+    def _pack_weights(self) -> None:
+        """The packed weights of `spot_kernels.order_logits`, rebuilt only when a parameter changed (its storage
+        or its in-place version counter)."""
+        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if key != self._weights_key:
+            self._weights, self._weights_key = pack_order_weights(self.model), key
 
     def sharpness_at(self, temperature: float) -> float:
         """The factor applied when decoding at `temperature` (greedy at 0, sampling above)."""
