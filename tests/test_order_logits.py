@@ -3,26 +3,39 @@ OrderModel.forward_nodes, its argument errors, and LearnedDrafter's trees throug
 
 Tolerance (Triton): every product is a float32 dot with IEEE inputs (no TF32), so the kernel differs from the
 reference only in the order of its float32 sums (per-head output projection summed head by head, the MLP summed
-chunk by chunk, its own LayerNorm and softmax reductions). Over 3 layers of d_model 128 that moves a logit of size
-about 1 by a few float32 ulps: the largest difference measured on these inputs was 3.6e-7 at |logit| <= 1.3.
-LOGIT_TOL (rtol 1e-5, atol 1e-5) is 30x that, far below the gaps a tree's ranking reads. The C++ CPU kernel calls
+chunk by chunk, its own LayerNorm and softmax reductions). Such differences scale with the size of the values
+summed, so the bound is relative to each call's logit scale s = max(1, max |logit|): |triton - reference| <=
+LOGIT_TOL * s. Measured on these inputs (Triton interpreter): 5.0e-6 at s = 6.5 for the test models (weights twice
+PyTorch's init), 3.6e-7 at s = 1.9 at the init's scale, 1.7e-5 at s = 13.5 for the shipped drafter, i.e. at most
+1.3e-6 * s; LOGIT_TOL = 1e-5 leaves 8x room, far below the gaps a tree's ranking reads. The C++ CPU kernel calls
 the reference's ATen operations on the same shapes and strides, so it is held to equality.
 """
+
+from dataclasses import replace
 
 import pytest
 import torch
 
 import spot
 import spot_kernels
+from spot.drafters import NoiseCoordinates
 from spot.order_model import LearnedDrafter, OrderModel, OrderModelConfig, pack_order_weights
 from spot.tree import TreeSettings, grow_tree
 from spot_kernels.ops.order_logits import weight_count, weight_layout
 
 from test_tree import MASK, stale_features
 
-LOGIT_TOL = dict(rtol=1e-5, atol=1e-5)
+LOGIT_TOL = 1e-5
 
 SMALL = OrderModelConfig(d_model=32, n_layers=2, n_heads=2, d_ff=48, top_k=8, max_block=64, max_depth=4)
+
+
+def assert_logits_close(out, ref):
+    """Equal -inf, and the finite logits within LOGIT_TOL of the call's logit scale (the module docstring)."""
+    assert torch.equal(torch.isinf(out), torch.isinf(ref))
+    finite = torch.isfinite(ref)
+    scale = max(1.0, float(ref[finite].abs().max())) if bool(finite.any()) else 1.0
+    torch.testing.assert_close(out[finite], ref[finite], rtol=0, atol=LOGIT_TOL * scale)
 
 
 def model(tokens: bool, resampled: bool, seed: int = 0) -> OrderModel:
@@ -30,9 +43,9 @@ def model(tokens: bool, resampled: bool, seed: int = 0) -> OrderModel:
     cfg = OrderModelConfig(**{**SMALL.__dict__, "resampled": resampled, "token_buckets": 16 if tokens else 0,
                               "token_dim": 8})
     m = OrderModel(cfg).eval()
-    with torch.no_grad():  # larger than the init's weights, so that the logits spread out and differ per node
+    with torch.no_grad():  # twice the init's weights, so that the logits spread out and differ per node
         for p in m.parameters():
-            p.mul_(3.0)
+            p.mul_(2.0)
     return m
 
 
@@ -45,7 +58,8 @@ def inputs(m: OrderModel, n: int, block: int, seed: int, rows: int = 3):
     conf = torch.rand(rows, block, generator=g)
     stale_m = torch.rand(rows, block, generator=g) < 0.7
     top_ids = torch.randint(-1, 40, (rows, block), generator=g)
-    st = m.stale_inputs(probs, conf, stale_m, top_ids if cfg.token_buckets else None)
+    with torch.no_grad():
+        st = m.stale_inputs(probs, conf, stale_m, top_ids if cfg.token_buckets else None)
     node_row = torch.randint(0, rows, (n,), generator=g)
     node_masked = stale_m[node_row] & (torch.rand(n, block, generator=g) < 0.8)
     node_masked[n // 2] = False  # a node with no masked position: all -inf
@@ -82,7 +96,7 @@ def test_order_logits_matches_reference(backend, tokens, resampled, block, n):
     if backend.name == "cpu":
         assert torch.equal(out, ref)
     else:
-        torch.testing.assert_close(out, ref.cpu(), **LOGIT_TOL)
+        assert_logits_close(out, ref.cpu())
 
 
 @pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
@@ -94,7 +108,7 @@ def test_order_logits_of_the_shipped_drafter(backend):
     if backend.name == "cpu":
         assert torch.equal(out, ref)
     else:
-        torch.testing.assert_close(out.cpu(), ref.cpu(), **LOGIT_TOL)
+        assert_logits_close(out.cpu(), ref.cpu())
 
 
 def test_no_nodes():
@@ -148,23 +162,21 @@ class ModuleDrafter(LearnedDrafter):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 @pytest.mark.parametrize("static", [False, True])
-def test_learned_drafter_through_the_op_grows_the_same_trees(temperature, static):
+def test_learned_drafter_through_the_op_grows_the_same_trees(temperature, static, monkeypatch):
     b, B, K = 3, 12, 8
     root = torch.full((b, B), MASK)
     root[0, :5] = 9
     step = (root != MASK).sum(1)
-    stale = stale_features(b, B, K, seed=4)
+    stale = replace(stale_features(b, B, K, seed=4), noise=NoiseCoordinates(5, torch.arange(b), step, temperature))
     m = model(True, True, seed=5)
     settings = TreeSettings(budget=9, width=3, branch=3, seed=5, temperature=temperature, mask_id=MASK,
                             static=static)
     fused, modules = LearnedDrafter(m), ModuleDrafter(m)
     calls = []
     real = spot_kernels.order_logits
-    try:
-        spot_kernels.order_logits = lambda *a, **k: calls.append(1) or real(*a, **k)
-        a = grow_tree(root, step, stale, fused, settings, rows=torch.arange(b))
-    finally:
-        spot_kernels.order_logits = real
+    monkeypatch.setattr(spot_kernels, "order_logits", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a = grow_tree(root, step, stale, fused, settings, rows=torch.arange(b))
+    monkeypatch.undo()
     r = grow_tree(root, step, stale, modules, settings, rows=torch.arange(b))
     assert calls  # the fused op ran
     for name in ("states", "parents", "positions", "tokens", "depth"):
@@ -180,8 +192,8 @@ def test_the_drafter_repacks_changed_weights():
     before = drafter.position_logits(*args)
     with torch.no_grad():
         m.head.bias.add_(1.0)
-    stale = stale_features(2, 8, 8, seed=1)  # a new pass
-    assert torch.allclose(drafter.position_logits(*args[:0], stale, *args[1:]), before + 1.0)
+    again = (stale_features(2, 8, 8, seed=1),) + args[1:]  # the same features, a new pass
+    assert torch.allclose(drafter.position_logits(*again), before + 1.0)
 
 
 def test_a_hooked_model_runs_its_modules():
