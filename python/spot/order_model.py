@@ -226,6 +226,7 @@ class LearnedDrafter:
         self.sharpness = _sharpness("sharpness", sharpness)
         self._stale = self._inputs = None  # the StaleFeatures last seen and what was computed from them
         self._weights = self._weights_key = None  # pack_order_weights(model), and the parameters it was built from
+        self._resampled = None  # float32 resampled_confidence of the pass's rows (_resampled_by_depth)
         self.backend = backend
 
     @property
@@ -246,18 +247,16 @@ class LearnedDrafter:
     def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
         dev, cfg = self.device, self.model.cfg
         node_row_d, depth_d = node_row.to(dev), depth.to(dev)
-        resampled = None
-        if cfg.resampled:
-            if stale.noise is None:
-                raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
-            noise = stale.noise
-            r = node_row_d
-            # per node (row-wise ops): no value-dependent shapes, so the round stays capturable (docs/round.md)
-            resampled = resampled_confidence(stale.topk_probs.to(dev)[r], stale.topk_ids.to(dev)[r], noise.seed,
-                                             noise.rows.to(dev)[r], stale.block_start.to(dev)[r],
-                                             noise.root_step.to(dev)[r] + depth_d, noise.temperature,
-                                             backend=self.backend)
+        if cfg.resampled and stale.noise is None:
+            raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
         if not self._per_pass():
+            resampled = None
+            if cfg.resampled:
+                noise, r = stale.noise, node_row_d
+                resampled = resampled_confidence(stale.topk_probs.to(dev)[r], stale.topk_ids.to(dev)[r], noise.seed,
+                                                 noise.rows.to(dev)[r], stale.block_start.to(dev)[r],
+                                                 noise.root_step.to(dev)[r] + depth_d, noise.temperature,
+                                                 backend=self.backend)
             top_ids = stale.topk_ids[node_row, :, 0].to(dev) if cfg.token_buckets else None
             logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
                                 stale.masked[node_row].to(dev), node_masked.to(dev), depth_d, resampled, top_ids)
@@ -266,14 +265,19 @@ class LearnedDrafter:
             top_ids = stale.topk_ids[:, :, 0].to(dev) if cfg.token_buckets else None
             self._inputs = self.model.stale_inputs(stale.topk_probs.to(dev), stale.confidence.to(dev),
                                                    stale.masked.to(dev), top_ids)
+            self._resampled = _resampled_by_depth(stale, dev, self.backend) if cfg.resampled else None
             self._stale = stale
             self._pack_weights()
         inputs = self._inputs
+        resampled = None
+        if self._resampled is not None:  # T = 0: per row [R, B]; T > 0: per row and depth [R, B, B]
+            resampled = self._resampled[node_row_d] if self._resampled.dim() == 2 else \
+                self._resampled[node_row_d, depth_d]
         # the whole forward in one op (spot_kernels.order_logits: the same operations as OrderModel.forward_nodes)
         logits = spot_kernels.order_logits(
-            inputs.features, inputs.masked, inputs.tokens, node_row_d, node_masked.to(dev), depth_d,
-            None if resampled is None else resampled.float(), self._weights, cfg.d_model, cfg.n_layers,
-            cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth, backend=self.backend)
+            inputs.features, inputs.masked, inputs.tokens, node_row_d, node_masked.to(dev), depth_d, resampled,
+            self._weights, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth,
+            backend=self.backend)
         return self._sharpened(logits, stale).to(node_masked.device)
 
     def _per_pass(self) -> bool:
@@ -302,6 +306,28 @@ class LearnedDrafter:
     def _sharpened(self, logits: torch.Tensor, stale: StaleFeatures) -> torch.Tensor:
         factor = self.sharpness_at(stale.noise.temperature if stale.noise is not None else 0.0)
         return logits if factor == 1 else logits * factor
+
+
+def _resampled_by_depth(stale: StaleFeatures, device, backend: str) -> torch.Tensor:
+    """`resampled_confidence` of every row of a pass (float32, on `device`), once per pass: at T = 0 it is the same at
+    every depth, [R, B]; at T > 0 it depends on the step, root_step + depth, so [R, B, B] for depths 0 .. B - 1 (a
+    tree never grows deeper than B), one select_children call for them all. Row by row the same values as the
+    per-node call."""
+    noise = stale.noise
+    probs, ids = stale.topk_probs.to(device), stale.topk_ids.to(device)
+    if noise.temperature == 0:
+        return resampled_confidence(probs, ids, noise.seed, noise.rows, stale.block_start, noise.root_step, 0.0,
+                                    backend=backend).float()
+    n, B, K = probs.shape
+    depths = torch.arange(B, device=device)
+    steps = (noise.root_step.to(device)[:, None] + depths).reshape(-1)
+
+    def per_depth(x):  # [R, ...] -> [R * B, ...], row r's copy for depth d at r * B + d
+        return x.to(device)[:, None].expand(n, B, *x.shape[1:]).reshape(n * B, *x.shape[1:])
+
+    out = resampled_confidence(per_depth(probs), per_depth(ids), noise.seed, per_depth(noise.rows),
+                               per_depth(stale.block_start), steps, noise.temperature, backend=backend)
+    return out.float().view(n, B, B)
 
 
 def with_resampled_inputs(model: OrderModel) -> OrderModel:

@@ -109,7 +109,8 @@ def _grow_static(root, step, stale, drafter, settings, rows, logprob) -> Tree:
     rows_of = _RowGather(stale, rows, step)
     f_states, f_logprob = root, logprob.view(b)  # the frontier, flat [b * w, ...]: the root first
     w = 1
-    # per depth, flat [b * w, branch] (row-major: row, frontier slot, child): the children and their frontier
+    # per depth, the children [b * w, branch] (row-major: row, frontier slot, child), their path log-probabilities
+    # [b, w * branch], and the frontier it expanded ([b, w], each slot's index among the previous depth's children)
     states, logprobs, positions, tokens, frontiers, widths = [], [], [], [], [], []
     for d in range(tree_depths(settings.budget, B)):
         node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
@@ -118,9 +119,10 @@ def _grow_static(root, step, stale, drafter, settings, rows, logprob) -> Tree:
         c_pos, c_logprob, c_tok = spot_kernels.select_children(
             scores.to(f_logprob.dtype), node_masked, f_logprob, topk_probs, topk_ids, settings.seed, node_rows,
             block_start, node_step + d, settings.temperature, branch, backend=settings.backend)
-        c_logprob = c_logprob.masked_fill(c_tok < 0, float("-inf"))  # no token: no child
-        # each child: its frontier node's state with one more commit (a padding child's state is never kept, but
-        # it may be a padding slot the target reads: clamp_min keeps its token id valid)
+        n_children = w * branch
+        c_logprob = c_logprob.masked_fill(c_tok < 0, float("-inf")).view(b, n_children)  # no token: no child
+        # each child: its frontier node's state with one more commit (a child without a token is never kept, but
+        # the target may read it as a padding slot: clamp_min keeps its token id valid)
         c_states = torch.where(c_pos[..., None] == j, c_tok.clamp_min(0)[..., None], f_states[:, None])
         states.append(c_states)
         logprobs.append(c_logprob)
@@ -128,11 +130,10 @@ def _grow_static(root, step, stale, drafter, settings, rows, logprob) -> Tree:
         tokens.append(c_tok)
         widths.append(w)
         # the next frontier: the `width` most probable children of each row (stable sort: ties to the lower index)
-        n_children = w * branch
-        order = torch.sort(c_logprob.view(b, n_children), dim=1, descending=True, stable=True).indices[:, :width]
+        order = torch.sort(c_logprob, dim=1, descending=True, stable=True).indices[:, :width]
+        frontiers.append(order)
         w = order.shape[1]
         flat = (order + rows_of.base(n_children)).view(-1)
-        frontiers.append(flat)
         f_states, f_logprob = c_states.view(-1, B)[flat], c_logprob.view(-1)[flat]
     return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch),
                       settings.budget, True)
@@ -140,27 +141,33 @@ def _grow_static(root, step, stale, drafter, settings, rows, logprob) -> Tree:
 
 def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch):
     """The pool of `_grow_static` in `_keep_best`'s layout [b, m, ...]: the root, then each depth's children (row
-    by row: frontier slot, then child), with their parents' pool indices and their depths."""
+    by row: frontier slot, then child), with their parents' pool indices and their depths; a few ops per pass."""
     b, B = root.shape
     dev = root.device
     counts = [w * branch for w in widths]  # children per row at each depth
     none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
-    parents, depth, first = [torch.zeros(b, counts[0], dtype=torch.long, device=dev)] if counts else [], [], 1
-    for d in range(1, len(counts)):
-        # frontier slot s of depth d is flat child frontiers[d - 1][row * w + s] of depth d - 1, pool index
-        # first + (that child's index within its row); its children are slot s's `branch` ones
-        within = frontiers[d - 1].view(b, widths[d]) - torch.arange(b, device=dev)[:, None] * counts[d - 1]
-        parents.append((within + first).repeat_interleave(branch, 1))
-        first += counts[d - 1]
-    for d, n in enumerate(counts):
-        depth.append(torch.full((b, n), d + 1, dtype=torch.long, device=dev))
     zero = torch.zeros(b, 1, dtype=torch.long, device=dev)
+    if not counts:
+        return root[:, None], logprob, none, none, none, zero
+    # the pool index of each depth's frontier slots: the root, then slot s of depth d >= 1 is child frontiers[d - 1]
+    # [:, s] of depth d - 1, whose children start at pool index 1 + counts[0] + ... + counts[d - 2]
+    firsts = [1 + sum(counts[:d]) for d in range(len(counts) - 1)]
+    slots = torch.cat([zero] + [f + first for f, first in zip(frontiers, firsts)], 1)  # [b, sum(widths)]
+    parents = slots[:, :, None].expand(b, slots.shape[1], branch).reshape(b, -1)
+    # depths: counts[d] children at depth d + 1, built per run of depths with equal counts (the frontier widens to
+    # `width`, then stays), on the device: no host-to-device copy inside a captured round
+    runs, start = [], 0
+    for d in range(1, len(counts) + 1):
+        if d == len(counts) or counts[d] != counts[start]:
+            runs.append(torch.arange(start + 1, d + 1, device=dev).repeat_interleave(counts[start]))
+            start = d
+    depth = torch.cat([zero, torch.cat(runs)[None].expand(b, -1)], 1)
     return (torch.cat([root[:, None]] + [s.view(b, n, B) for s, n in zip(states, counts)], 1),
-            torch.cat([logprob] + [x.view(b, n) for x, n in zip(logprobs, counts)], 1),
-            torch.cat([none] + parents, 1),
+            torch.cat([logprob] + logprobs, 1),
+            torch.cat([none, parents], 1),
             torch.cat([none] + [x.view(b, n) for x, n in zip(positions, counts)], 1),
             torch.cat([none] + [x.view(b, n) for x, n in zip(tokens, counts)], 1),
-            torch.cat([zero] + depth, 1))
+            depth)
 
 
 def _grow_on_host(root, step, stale, drafter, settings, rows, logprob, prune) -> Tree:
