@@ -228,6 +228,8 @@ class LearnedDrafter:
         self._weights = self._weights_key = None  # pack_order_weights(model), and the parameters it was built from
         self._resampled = None  # float32 resampled_confidence of the pass's rows (_resampled_by_depth)
         self.backend = backend
+        if self._per_pass():
+            self._pack_weights()
 
     @property
     def device(self):
@@ -294,7 +296,10 @@ class LearnedDrafter:
 
     def _pack_weights(self) -> None:
         """The packed weights of `spot_kernels.order_logits`, rebuilt only when a parameter changed (its storage
-        or its in-place version counter)."""
+        or its in-place version counter). Under torch.compile the weights packed eagerly (at the latest at
+        construction) are used: a compiled round does not follow a model trained meanwhile."""
+        if torch.compiler.is_compiling() and self._weights is not None:
+            return
         key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
         if key != self._weights_key:
             self._weights, self._weights_key = pack_order_weights(self.model), key
