@@ -7,6 +7,10 @@ q, k, v products from slices of the packed qkv weight, the bidirectional softmax
 of the output projection; LayerNorm, the GELU MLP chunked over d_ff; then the final LayerNorm and the head. Every
 product is a float32 tl.dot with input_precision="ieee" (no TF32), so the logits differ from the reference's only by
 the order of float32 sums (tolerance in tests/test_order_logits.py).
+
+Not yet timed on a GPU. Compiled for sm_90 at the shipped drafter's sizes (bench/triton_compile_check.py), 8 warps
+use 255 registers and spill about 3 KB per thread (4 warps: 32 registers and 39 KB of spills; 16 warps: 128
+registers, 2 KB); the launch uses 8.
 """
 
 from __future__ import annotations
@@ -174,7 +178,7 @@ def order_logits(features, stale_masked, tokens, node_row, node_masked, depth, r
             HAS_TOK=tokens is not None, HAS_RES=resampled is not None, BLOCK_B=max(16, next_pow2(block)),
             BLOCK_D=max(16, next_pow2(d_model)), BLOCK_IN=max(16, next_pow2(n_inputs)),
             BLOCK_HD=max(16, next_pow2(head_dim)), BLOCK_F=min(64, max(16, next_pow2(d_ff))),
-            BLOCK_T=max(16, next_pow2(token_dim)), num_warps=4,
+            BLOCK_T=max(16, next_pow2(token_dim)), num_warps=8,
         )
     return out
 
