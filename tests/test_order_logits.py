@@ -20,7 +20,8 @@ import spot
 import spot_kernels
 from spot.drafters import NoiseCoordinates
 from spot.order_model import LearnedDrafter, OrderModel, OrderModelConfig, pack_order_weights
-from spot.tree import TreeSettings, grow_tree
+from spot.round import RoundConfig
+from spot.tree import grow_tree
 from spot_kernels.ops.order_logits import weight_count, weight_layout
 
 from test_tree import MASK, stale_features
@@ -169,8 +170,7 @@ def test_learned_drafter_through_the_op_grows_the_same_trees(temperature, static
     step = (root != MASK).sum(1)
     stale = replace(stale_features(b, B, K, seed=4), noise=NoiseCoordinates(5, torch.arange(b), step, temperature))
     m = model(True, True, seed=5)
-    settings = TreeSettings(budget=9, width=3, branch=3, seed=5, temperature=temperature, mask_id=MASK,
-                            static=static)
+    settings = RoundConfig(MASK, 5, temperature, budget=9, width=3, branch=3, static=static)
     fused, modules = LearnedDrafter(m), ModuleDrafter(m)
     calls = []
     real = spot_kernels.order_logits

@@ -9,7 +9,8 @@ import torch
 import spot
 from spot.dispatch_count import DispatchCounter
 from spot.order_model import LearnedDrafter
-from spot.tree import TreeSettings, grow_tree
+from spot.round import RoundConfig
+from spot.tree import grow_tree
 
 from test_tree import MASK, NodeHashDrafter, stale_features
 from tiny import PROMPTS, sharp_target, small_model
@@ -33,9 +34,9 @@ def test_static_tree_is_the_host_tree_with_padding_slots(budget, width, branch, 
     step = (root != MASK).sum(1)
     stale = stale_features(b, B, K, seed=budget + width)
     kw = dict(rows=torch.arange(b), draft_rows=torch.tensor([True, True, False]))
-    settings = TreeSettings(budget, 5, temperature, MASK, width=width, branch=branch)
-    host = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), settings, **kw)
-    static = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), replace(settings, static=True), **kw)
+    cfg = RoundConfig(MASK, 5, temperature, budget=budget, width=width, branch=branch, static=False)
+    host = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), cfg, **kw)
+    static = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), replace(cfg, static=True), **kw)
     n = host.parents.shape[1]
     assert n <= static.parents.shape[1] == min(budget, 1 + min(budget - 1, B) * width * branch)
     for name in ("states", "parents", "positions", "tokens", "depth"):

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import spot
-from spot.tree import TreeSettings, grow_tree
+from spot.round import RoundConfig
+from spot.tree import grow_tree
 
 MASK = 2
 
@@ -47,8 +48,8 @@ def test_pruned_growth_is_the_same_tree_with_fewer_drafter_rows(budget, width, b
     trees, rows = [], []
     for prune in (True, False):
         drafter = NodeHashDrafter(B, seed=width * 7 + branch)
-        settings = TreeSettings(budget, 5, temperature, MASK, width=width, branch=branch)
-        trees.append(grow_tree(root, step, stale, drafter, settings, rows=torch.arange(b), prune=prune))
+        cfg = RoundConfig(MASK, 5, temperature, budget=budget, width=width, branch=branch, static=False)
+        trees.append(grow_tree(root, step, stale, drafter, cfg, rows=torch.arange(b), prune=prune))
         rows.append(drafter.rows)
     for name in ("states", "parents", "positions", "tokens", "depth"):
         assert torch.equal(getattr(trees[0], name), getattr(trees[1], name)), name
@@ -65,8 +66,9 @@ def test_pruning_saves_drafter_rows_on_deep_trees():
     counts = {}
     for prune in (True, False):
         drafter = NodeHashDrafter(B, seed=3)
-        grow_tree(root, torch.zeros(b, dtype=torch.long), stale, drafter, TreeSettings(16, 0, 0.0, MASK, width=4,
-                  branch=4), rows=torch.arange(b), prune=prune)
+        grow_tree(root, torch.zeros(b, dtype=torch.long), stale, drafter,
+                  RoundConfig(MASK, 0, 0.0, budget=16, width=4, branch=4, static=False), rows=torch.arange(b),
+                  prune=prune)
         counts[prune] = drafter.rows
     assert counts[True] < 0.8 * counts[False], counts
 
@@ -88,7 +90,8 @@ def test_a_wider_branch_changes_no_tree_of_budget_up_to_branch_plus_one(temperat
 
     for budget in (1, 2, 3, 5, 16):
         trees = [grow_tree(root, step, stale_features(b, B, K, seed=budget), Flat(B, seed=4),
-                           TreeSettings(budget, 5, temperature, MASK, width=4, branch=branch), rows=torch.arange(b))
+                           RoundConfig(MASK, 5, temperature, budget=budget, width=4, branch=branch, static=False),
+                           rows=torch.arange(b))
                  for branch in (4, 8)]
         same = all(torch.equal(getattr(trees[0], n), getattr(trees[1], n))
                    for n in ("states", "parents", "positions", "tokens", "depth"))

@@ -37,9 +37,8 @@ from .tree import BRANCH, WIDTH, Tree, grow_tree
 
 @dataclass(frozen=True)
 class RoundConfig:
-    """What every round of one decode shares (one per temperature in a batch of several). It is also the tree's
-    settings: `grow_tree` reads its budget, width, branch, seed, temperature, mask_id, backend and static fields (the
-    fields of spot.tree.TreeSettings)."""
+    """What every round of one decode shares (one per temperature in a batch of several); `grow_tree` takes it
+    whole (its budget, width, branch, seed, temperature, mask_id, backend and static fields)."""
 
     mask_id: int
     seed: int

@@ -10,12 +10,16 @@ contains its ancestors.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 import spot_kernels
 
 from .drafters import Drafter, StaleFeatures
+
+if TYPE_CHECKING:  # round.py imports this module
+    from .round import RoundConfig
 
 # The default tree shape: `width` frontier nodes expanded per depth, `branch` children drafted per frontier node
 # (measured against other shapes in docs/drafter.md). `budget` caps the nodes kept whatever the shape.
@@ -52,31 +56,18 @@ def tree_depths(budget: int, block_size: int) -> int:
     return max(min(budget - 1, block_size), 0)
 
 
-@dataclass(frozen=True)
-class TreeSettings:
-    """How `grow_tree` grows a tree. `spot.round.RoundConfig` carries the same fields, and a round passes it as is."""
-
-    budget: int  # most nodes kept, root included
-    seed: int  # the coupled noise's seed
-    temperature: float
-    mask_id: int
-    width: int = WIDTH  # frontier nodes expanded per depth
-    branch: int = BRANCH  # children drafted per frontier node
-    backend: str = "auto"  # spot_kernels backend of select_children
-    static: bool = False  # fixed shapes, no host synchronisation (see grow_tree)
-
-
 @torch.no_grad()
-def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, settings: TreeSettings,
-              *, rows: torch.Tensor, draft_rows: torch.Tensor | None = None, prune: bool = True) -> Tree:
+def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, cfg: RoundConfig, *,
+              rows: torch.Tensor, draft_rows: torch.Tensor | None = None, prune: bool = True) -> Tree:
     """root int64 [b, B]; step int64 [b] (commits already in the root's block); rows int64 [b], each row's noise row.
-    settings: a TreeSettings or a spot.round.RoundConfig (the same fields).
+    cfg: the round's configuration (spot.round.RoundConfig): its budget, width, branch, seed, temperature, mask_id,
+    backend and static fields.
     draft_rows: bool [b], the rows to grow (default all); the others keep their root alone (a row at its block's
     first pass has no stale features of that block to draft from).
     prune: frontier nodes with no child that could still be kept get no children (the same tree, for a drafter
     whose rows do not depend on each other; False expands every frontier node). The static tree never prunes: it
     gains nothing from it, as its drafter runs on every frontier node anyway.
-    settings.static: fixed shapes, no host synchronisation (the capturable round, docs/round.md): every one of the
+    cfg.static: fixed shapes, no host synchronisation (the capturable round, docs/round.md): every one of the
     `tree_depths(budget, B)` depths is grown, the drafter runs on every frontier node and the tree has exactly
     min(budget, pool) node slots, unused ones padding. Otherwise (the CPU default) the host stops growing once the
     kept set can no longer change, calls the drafter on the open frontier nodes only and trims the padding every row
@@ -86,25 +77,25 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
     logprob = torch.zeros(b, 1, dtype=stale.topk_probs.dtype, device=root.device)
     if draft_rows is not None:  # a root of -inf path probability has no children worth keeping
         logprob = torch.where(draft_rows[:, None], logprob, float("-inf"))
-    if settings.static:
-        return _grow_static(root, step, stale, drafter, settings, rows, logprob)
-    return _grow_on_host(root, step, stale, drafter, settings, rows, logprob, prune)
+    if cfg.static:
+        return _grow_static(root, step, stale, drafter, cfg, rows, logprob)
+    return _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune)
 
 
-def _frontier_width(settings) -> int:
+def _frontier_width(cfg) -> int:
     """Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
     at least as probable, and its descendants are no more probable and younger, so none of them could be kept.
     Capping the width there changes no tree, only the drafter work spent on it."""
-    return min(settings.width, max(settings.budget - 1, 1))
+    return min(cfg.width, max(cfg.budget - 1, 1))
 
 
-def _grow_static(root, step, stale, drafter, settings, rows, logprob) -> Tree:
+def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
     """grow_tree with fixed shapes and no host sync, in few dispatched ops per depth (per-pass code: counted in
     docs/round.md). No pruning: a frontier node that could not have a kept child only gets children that are not
     kept either (they are no more probable than it and younger than the budget - 1 nodes it trails), so the kept
     set is the pruned growth's."""
     b, B = root.shape
-    dev, mask_id, branch, width = root.device, settings.mask_id, settings.branch, _frontier_width(settings)
+    dev, mask_id, branch, width = root.device, cfg.mask_id, cfg.branch, _frontier_width(cfg)
     j = torch.arange(B, device=dev)
     rows_of = _RowGather(stale, rows, step)
     f_states, f_logprob = root, logprob.view(b)  # the frontier, flat [b * w, ...]: the root first
@@ -112,13 +103,13 @@ def _grow_static(root, step, stale, drafter, settings, rows, logprob) -> Tree:
     # per depth, the children [b * w, branch] (row-major: row, frontier slot, child), their path log-probabilities
     # [b, w * branch], and the frontier it expanded ([b, w], each slot's index among the previous depth's children)
     states, logprobs, positions, tokens, frontiers, widths = [], [], [], [], [], []
-    for d in range(tree_depths(settings.budget, B)):
+    for d in range(tree_depths(cfg.budget, B)):
         node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
         node_masked = f_states == mask_id
         scores = drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d))
         c_pos, c_logprob, c_tok = spot_kernels.select_children(
-            scores.to(f_logprob.dtype), node_masked, f_logprob, topk_probs, topk_ids, settings.seed, node_rows,
-            block_start, node_step + d, settings.temperature, branch, backend=settings.backend)
+            scores.to(f_logprob.dtype), node_masked, f_logprob, topk_probs, topk_ids, cfg.seed, node_rows,
+            block_start, node_step + d, cfg.temperature, branch, backend=cfg.backend)
         n_children = w * branch
         c_logprob = c_logprob.masked_fill(c_tok < 0, float("-inf")).view(b, n_children)  # no token: no child
         # each child: its frontier node's state with one more commit (a child without a token is never kept, but
@@ -136,7 +127,7 @@ def _grow_static(root, step, stale, drafter, settings, rows, logprob) -> Tree:
         flat = (order + rows_of.base(n_children)).view(-1)
         f_states, f_logprob = c_states.view(-1, B)[flat], c_logprob.view(-1)[flat]
     return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch),
-                      settings.budget, True)
+                      cfg.budget, True)
 
 
 def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch):
@@ -170,11 +161,11 @@ def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, 
             depth)
 
 
-def _grow_on_host(root, step, stale, drafter, settings, rows, logprob, prune) -> Tree:
+def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree:
     """grow_tree on the CPU path: the host stops growth early and calls the drafter on open frontier nodes only."""
     b, B = root.shape
-    dev, mask_id, branch, width = root.device, settings.mask_id, settings.branch, _frontier_width(settings)
-    keep = settings.budget - 1
+    dev, mask_id, branch, width = root.device, cfg.mask_id, cfg.branch, _frontier_width(cfg)
+    keep = cfg.budget - 1
     lp_dtype = logprob.dtype
     # the pool of drafted nodes, root first, depth after depth: per-depth pieces, concatenated once at the end
     states, logprobs, parents, positions, tokens, depths = [root[:, None]], [logprob], [], [], [], []
@@ -183,7 +174,7 @@ def _grow_on_host(root, step, stale, drafter, settings, rows, logprob, prune) ->
     m, w = 1, 1  # pool size, frontier width
     rows_of = _RowGather(stale, rows, step)
     # no deeper node than a row's masked positions: fewer depths to try (one sync)
-    n_depths = min(tree_depths(settings.budget, B), int((root == mask_id).sum(1).max()) if b else 0)
+    n_depths = min(tree_depths(cfg.budget, B), int((root == mask_id).sum(1).max()) if b else 0)
     for d in range(n_depths):
         node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
         # A frontier node is expanded only if one of its children could still be kept: fewer than budget - 1
@@ -195,8 +186,8 @@ def _grow_on_host(root, step, stale, drafter, settings, rows, logprob, prune) ->
         depth = torch.full_like(node_row, d)
         scores = _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_.view(b * w), lp_dtype)
         c_pos, c_logprob, c_tok = spot_kernels.select_children(
-            scores, node_masked, f_logprob.reshape(-1), topk_probs, topk_ids, settings.seed, node_rows, block_start,
-            node_step + d, settings.temperature, branch, backend=settings.backend)
+            scores, node_masked, f_logprob.reshape(-1), topk_probs, topk_ids, cfg.seed, node_rows, block_start,
+            node_step + d, cfg.temperature, branch, backend=cfg.backend)
         ok = c_tok >= 0
         c_logprob = torch.where(ok, c_logprob, float("-inf")).view(b, w * branch)
         # Children's states: the frontier state with one more commit (c_tok >= 0 implies c_pos >= 0).
@@ -228,7 +219,7 @@ def _grow_on_host(root, step, stale, drafter, settings, rows, logprob, prune) ->
                       + [torch.full((b, n), d, dtype=torch.long, device=dev) for d, n in depths], 1)
     none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
     return _keep_best(torch.cat(states, 1), torch.cat(logprobs, 1), torch.cat([none] + parents, 1),
-                      torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth, settings.budget, False)
+                      torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth, cfg.budget, False)
 
 
 class _RowGather:
