@@ -19,7 +19,7 @@ SGLANG := sglang==0.5.23 orjson psutil pybase64 starlette msgspec pyzmq ipython 
 # pipeline needs huggingface_hub >= 1.0, which transformers 4.57 refuses: its drop-in tests run on the 5.x line only.
 TF4       := .cache/tf4
 TF4_PKGS  := transformers==4.57.1 "huggingface_hub<1.0" "tokenizers<0.23"
-HF_TESTS  := tests/test_hf.py tests/test_families.py tests/test_integrations.py
+HF_TESTS  := tests/integrations/test_hf.py tests/integrations/test_families.py tests/integrations/test_drop_in.py
 
 .PHONY: install demo test bench clean
 
@@ -30,10 +30,10 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(DEPS)
 	$(BIN)/pip install -q --no-build-isolation -e .
-	$(BIN)/pip install -q --no-deps $(SGLANG) || echo "no sglang: tests/test_sglang.py skips its SGLang tests"
+	$(BIN)/pip install -q --no-deps $(SGLANG) || echo "no sglang: tests/integrations/test_sglang.py skips SGLang's tests"
 	touch $@
 
-# One screen (python/spot/demo.py): passes of standard / confidence / spot at GPU-sized trees, a commit order, CPU time
+# One screen (python/spot/lab/demo.py): passes of standard / confidence / spot at GPU-sized trees, a commit order, CPU time
 # per token, what --budget auto picks here and why, a labelled GPU projection. One thread: the 4.7M-parameter embedded
 # target gains under 10% from a second core on a quiet machine, and loses 4x to 50x when another job holds that core
 # (OpenMP threads wait on each other); budgets.json is tuned on one thread.

@@ -14,7 +14,7 @@ import json
 import os
 
 import spot
-from spot.bench import decode_all
+from spot.lab.bench import decode_all
 from spot.prompts import held_out_prompts
 
 

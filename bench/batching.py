@@ -17,7 +17,7 @@ import argparse
 import time
 
 import spot
-from spot.bench import write_json
+from spot.lab.bench import write_json
 from spot.prompts import held_out_prompts
 
 
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         extra = dict(drafter=drafter) if method == "spot" else {}
         alone = [spot.generate(target, [p], method, rows=[i], eos_id=eos, **extra, **kw)
                  for i, p in enumerate(batch)]
-        lock = spot.generate(target, batch, method, eos_id=eos, lockstep=True, **extra, **kw)
+        lock = spot.generate(target, batch, method, eos_id=eos, batching=spot.Batching(lockstep=True), **extra, **kw)
         per_row = spot.generate(target, batch, method, eos_id=eos, **extra, **kw)
         want = [o.tokens[0] for o in alone]
         most = max(o.stats.target_passes for o in alone)
@@ -56,12 +56,13 @@ def main(argv=None) -> int:
 
     stream = prompts[:a.stream]
     t0 = time.perf_counter()
-    groups = [spot.generate(target, stream[i:i + a.width], "spot", drafter=drafter, lockstep=True,
+    groups = [spot.generate(target, stream[i:i + a.width], "spot", drafter=drafter,
+                            batching=spot.Batching(lockstep=True),
                             rows=list(range(i, min(i + a.width, len(stream)))), **kw)
               for i in range(0, len(stream), a.width)]
     t_lock = time.perf_counter() - t0
     t0 = time.perf_counter()
-    cont = spot.generate(target, stream, "spot", drafter=drafter, max_batch=a.width, **kw)
+    cont = spot.generate(target, stream, "spot", drafter=drafter, batching=spot.Batching(max_batch=a.width), **kw)
     t_cont = time.perf_counter() - t0
     lock_tokens = [t for g in groups for t in g.tokens]
     generated = sum(len(t) for t in lock_tokens)

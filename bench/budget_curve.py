@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 import spot
-from spot.bench import decode_all, write_json
+from spot.lab.bench import decode_all, write_json
 from spot.prompts import held_out_prompts
 from spot.tree import WIDTH, tree_branch
 
@@ -57,8 +57,9 @@ def main(argv=None) -> int:
             runs = [(m, s) for m in a.methods.split(",") for s in (sharpness if m == "spot" else [None])]
             for method, sharp in runs:
                 d = drafter if sharp is None else spot.LearnedDrafter(drafter.model, sharp, drafter.branch)
-                run = decode_all(target, prompts, method, budget=budget, width=width, branch=branch, drafter=d,
-                                 standard_orders=standard["orders"], **settings)
+                tree = spot.TreeSettings(budget=budget, width=width, branch=branch)
+                run = decode_all(target, prompts, method, tree=tree, drafter=d, standard_orders=standard["orders"],
+                                 **settings)
                 used = tree_branch(d if method == "spot" else None, branch)  # None: the method's own
                 tokens, passes, seconds = run["tokens"], run["target_passes"], run["seconds"]
                 rows.append({"method": method, "budget": budget, "width": width, "branch": used,

@@ -345,7 +345,7 @@ PASS_CURVE_NODES = (1, 2, 4, 8, 16, 32, 64)
 @section("pass-time curve: 2 layers of Qwen3-8B width, B 32, prefix 1024, bf16")
 def pass_curve():
     """The project's own model (spot.model) at the real width, timed per node count; written as "pass_curve"."""
-    from spot.project import SHAPES, measure_pass_curve
+    from spot.lab.project import SHAPES, measure_pass_curve
 
     shape, layers = SHAPES["qwen3-8b"], 2
     curve = RESULTS["pass_curve"] = {

@@ -55,12 +55,12 @@ $PY -c "import spot_kernels as s, torch; print('extension', s.HAS_C_EXTENSION, '
 HAVE_PYTEST=1
 $PY -c "import pytest" 2>/dev/null || { HAVE_PYTEST=0; echo "pytest is not installed here: no tests can run"; }
 
-# The op tests: one tests/test_<family>.py per op family (every backend against the reference; the GPU cases run
-# here) and tests/test_registry.py (the build, dispatch, CUDA graphs, end-to-end decoding per backend).
-OP_TESTS="tests/test_registry.py"
+# The op tests: one tests/ops/test_<family>.py per op family (every backend against the reference; the GPU cases
+# run here) and tests/ops/test_registry.py (the build, dispatch, CUDA graphs, end-to-end decoding per backend).
+OP_TESTS="tests/ops/test_registry.py"
 for f in spot_kernels/ops/*.py; do
   stem=$(basename "$f" .py)
-  [ "$stem" != "__init__" ] && [ -f "tests/test_$stem.py" ] && OP_TESTS="$OP_TESTS tests/test_$stem.py"
+  [ "$stem" != "__init__" ] && [ -f "tests/ops/test_$stem.py" ] && OP_TESTS="$OP_TESTS tests/ops/test_$stem.py"
 done
 step "GPU tests: $OP_TESTS"
 T=$(budget 130 170)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 import spot
-from spot.bench import decode_all, write_json
+from spot.lab.bench import decode_all, write_json
 from spot.prompts import held_out_prompts
 
 

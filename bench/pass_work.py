@@ -27,7 +27,7 @@ import torch
 
 import spot
 import spot.round
-from spot.bench import write_json
+from spot.lab.bench import write_json
 from spot.order_model import LearnedDrafter, OrderModel
 from spot.prompts import held_out_prompts
 from spot.target import ModelSession, NodeLogits

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 python bench/round_count.py --methods standard,spot --temperatures 0,1 [--static both]
 
 The embedded target, the README's `def add(a, b):` prompt, 64 new tokens, block size 32, budget 16, spot with the
-default drafter: issue 29's table, counted with spot.dispatch_count.DispatchCounter (a warm-up decode first).
+default drafter: issue 29's table, counted with spot.lab.dispatch_count.DispatchCounter (a warm-up decode first).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import argparse
 import json
 
 import spot
-from spot.dispatch_count import STAGES, DispatchCounter, format_per_pass
+from spot.lab.dispatch_count import STAGES, DispatchCounter, format_per_pass
 
 
 def count(target, drafter, prompt: list[int], method: str, temperature: float, static: bool, budget: int = 16,
           block_size: int = 32, max_new_tokens: int = 64) -> dict:
-    kw = dict(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature, budget=budget,
-              static_round=static, **({"drafter": drafter} if method == "spot" else {}))
+    kw = dict(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
+              tree=spot.TreeSettings(budget=budget, static=static),
+              **({"drafter": drafter} if method == "spot" else {}))
     spot.generate(target, [prompt], method, **kw)
     with DispatchCounter() as counter:
         out = spot.generate(target, [prompt], method, **kw)

@@ -1,5 +1,5 @@
 """Forward rounds of `--dllm-algorithm Spot` against one commit per forward, on the CPU fake runner of
-tests/test_sglang.py (docs/serving.md, "Measured on CPU").
+tests/integrations/test_sglang.py (docs/serving.md, "Measured on CPU").
 
   python bench/sglang_fake_runner.py [--json out.json]
 

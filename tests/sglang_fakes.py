@@ -1,6 +1,6 @@
-"""Fakes for the SGLang plug-in tests (tests/test_sglang.py): a tiny two-layer block-diffusion LM, a model runner
-with a paged K/V pool that honours the Triton backend's flat custom mask, a one-commit-per-pass `spot.Target` over
-the same model (no cache: the independent reference), and a small FDFO scheduler loop.
+"""Fakes for the SGLang plug-in tests (tests/integrations/test_sglang.py): a tiny two-layer block-diffusion LM, a
+model runner with a paged K/V pool that honours the Triton backend's flat custom mask, a one-commit-per-pass
+`spot.Target` over the same model (no cache: the independent reference), and a small FDFO scheduler loop.
 
 The runner mirrors what SGLang's Triton extend attention does with a tree batch: K/V of every forward token are
 written to `out_cache_loc` first (slot 0 is the padding slot), the prefix is read from the pool through

@@ -1,7 +1,8 @@
 """SPOT: lossless speculative decoding for diffusion language models by commit-order prediction.
 
-Read from `generate` down: decode.py (the loop) -> tree.py (draft trees) -> drafters.py (order drafters)
--> target.py (the target contract) -> model.py (the embedded transformer) -> spot_kernels (the ops).
+Read from `generate` down: decode.py (the loop; settings.py, its TreeSettings and Batching) -> tree.py (draft
+trees) -> drafters.py (order drafters) -> target.py (the target contract) -> model.py (the embedded transformer)
+-> spot_kernels (the ops).
 """
 
 import os
@@ -13,6 +14,7 @@ from .loading import load_model, load_target, save_model
 from .model import BlockDiffusionLM, ModelConfig
 from .online import OnlineCalibrated
 from .order_model import LearnedDrafter, OrderModel, OrderModelConfig, drafter_directory, load_learned_drafter
+from .settings import Batching, TreeSettings
 from .target import ModelTarget, Session, Target
 
 
@@ -39,8 +41,8 @@ def load_drafter(name: str = "default", *, device="cpu") -> LearnedDrafter | Onl
 
 
 __all__ = [
-    "METHODS", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput", "HFTarget",
-    "LearnedDrafter", "ModelConfig", "ModelTarget", "NoiseCoordinates", "OnlineCalibrated", "OrderModel",
-    "OrderModelConfig", "OracleDrafter", "Session", "StaleFeatures", "Target", "generate", "load_drafter",
-    "load_model", "load_target", "save_model",
+    "METHODS", "Batching", "BlockDiffusionLM", "ConfidenceDrafter", "DecodeStats", "Drafter", "GenerateOutput",
+    "HFTarget", "LearnedDrafter", "ModelConfig", "ModelTarget", "NoiseCoordinates", "OnlineCalibrated", "OrderModel",
+    "OrderModelConfig", "OracleDrafter", "Session", "StaleFeatures", "Target", "TreeSettings", "generate",
+    "load_drafter", "load_model", "load_target", "save_model",
 ]

@@ -7,13 +7,14 @@ Every error of `spot` and `spot build` goes through `main`: one line naming the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
 
-from .bench import check_writable, format_report, random_prompts, run_bench, warm_up, write_json
 from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
-from .decode import CONFIDENCE_KINDS, METHODS, _check_args, generate
+from .decode import CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, generate
+from .settings import Batching, TreeSettings
 from .tree import BRANCH, WIDTH, tree_branch
 
 
@@ -64,26 +65,35 @@ def _budget(a) -> int:
 
 
 def _settings(a) -> dict:
+    """generate's keyword arguments from the flags (a bad --width or --branch ends the command, named)."""
+    with _named_flags():
+        tree = TreeSettings(width=a.width, branch=a.branch)
     return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
-                budget=_budget(a), width=a.width, branch=a.branch, confidence=a.confidence,
-                eos_id=None if a.ignore_eos else -1, allow_partial_block=a.allow_partial_block)
+                budget=_budget(a), tree=tree, confidence=a.confidence, eos_id=None if a.ignore_eos else -1,
+                allow_partial_block=a.allow_partial_block)
 
 
 _FLAGS = ("max_new_tokens", "block_size", "temperature", "seed", "budget", "width", "branch", "confidence",
           "allow_partial_block")
 
 
+@contextlib.contextmanager
+def _named_flags():
+    """An argument error of `generate` (or of its TreeSettings) ends the command naming the flag instead."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        message = re.sub(r"\b(?:TreeSettings\.)?(" + "|".join(_FLAGS) + r")\b(=True)?",
+                         lambda m: "--" + m[1].replace("_", "-"), str(e))
+        raise SystemExit(message) from None
+
+
 def _check_settings(target, prompts, settings: dict) -> None:
     """The decoding settings checked as `generate` will check them, before any decoding; errors name the flags."""
     s = dict(settings)
-    try:
-        _check_args(target, prompts, "standard", s.pop("max_new_tokens"), s.pop("block_size"), s.pop("temperature"),
-                    s.pop("seed"), s.pop("budget"), s.pop("width"), tree_branch(None, s.pop("branch")), None,
-                    s.pop("confidence"), 32, s.pop("eos_id"), None, s.pop("allow_partial_block"))
-    except (TypeError, ValueError) as e:
-        message = re.sub(r"\b(" + "|".join(_FLAGS) + r")\b(=True)?", lambda m: "--" + m[1].replace("_", "-"),
-                         str(e))
-        raise SystemExit(message) from None
+    with _named_flags():
+        _check_args(target, prompts, "standard", tree=_tree_settings(s.pop("tree"), s.pop("budget")),
+                    batching=Batching(), drafter=None, top_k=32, **s)
 
 
 def _at_least(a, minimums: dict) -> None:
@@ -127,6 +137,8 @@ def _prompts(a, target) -> list[list[int]]:
     held_out = _held_out_prompts(target, count or BENCH_PROMPTS)
     if held_out:
         return held_out
+    from .lab.bench import random_prompts
+
     return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
 
 
@@ -143,6 +155,8 @@ def _held_out_prompts(target, count: int):
 
 
 def cmd_generate(a) -> int:
+    from .lab.bench import warm_up
+
     _at_least(a, {"prompt_len": 0})
     methods = _methods(a.methods)
     target = target_from_args(a)
@@ -183,7 +197,7 @@ WHY_BUDGETS = ("why: a CPU picks small trees and a GPU large ones: on a CPU a pa
 
 def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[int]]) -> str:
     """Every decoded block of one method: under each position, the pass (within the block) that committed it."""
-    from .plots import format_commit_order
+    from .lab.plots import format_commit_order
 
     blocks = [format_commit_order(order, starts[blk], f"{method} block {blk}: ")
               for blk, order in enumerate(orders) if blk in starts]
@@ -191,8 +205,8 @@ def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[
 
 
 def cmd_demo(a) -> int:
-    """What `make demo` shows (spot/demo.py): pass reduction, commit order, CPU time, --budget auto, projection."""
-    from .demo import demo_screen
+    """What `make demo` shows (spot/lab/demo.py): pass reduction, commit order, CPU time, --budget auto, projection."""
+    from .lab.demo import demo_screen
 
     _at_least(a, {"max_new_tokens": 1, "block_size": 1})
     if a.block_size > a.max_new_tokens:
@@ -204,6 +218,8 @@ def cmd_demo(a) -> int:
 
 def cmd_bench(a) -> int:
     """Every argument is checked, and --json's folder written to, before anything is decoded."""
+    from .lab.bench import check_writable, format_report, run_bench, write_json
+
     _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
     methods = _methods(a.methods)
     budgets = _int_list("--budgets", a.budgets) if a.budgets else None
@@ -239,7 +255,7 @@ def cmd_bench(a) -> int:
         write_json(report, a.json)
         print(f"wrote {a.json}")
     if a.plot:
-        from .plots import bench_plots
+        from .lab.plots import bench_plots
 
         for path in bench_plots(report, a.plot):
             print(f"wrote {path}")
@@ -271,6 +287,8 @@ def _check_plot_folder(folder) -> None:
     """--plot's folder is created (or must be a folder) and writable, before anything runs."""
     from pathlib import Path
 
+    from .lab.bench import check_writable
+
     _check_matplotlib()
     path = Path(folder)
     if path.exists() and not path.is_dir():
@@ -284,7 +302,8 @@ def _check_plot_folder(folder) -> None:
 
 def cmd_project(a) -> int:
     """The roofline projection of docs/projection.md: every figure it prints is a projection, not a measurement."""
-    from . import project as pj
+    from .lab import project as pj
+    from .lab.bench import check_writable, write_json
 
     gpu = pj.GPUS.get(a.gpu)
     if gpu is None:
@@ -422,7 +441,7 @@ def main(argv=None) -> int:
 
 def _run(argv) -> int:
     if argv[:1] == ["build"]:  # the pipeline's own parser; imported only here, never by `import spot`
-        from .build.cli import main as build_main
+        from .lab.build.cli import main as build_main
         return build_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)

@@ -12,7 +12,7 @@ import math
 import operator
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -23,7 +23,7 @@ from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, 
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
 from .round import RoundConfig, compiled, draft, settle
 from .target import Target, warn_if_not_batch_invariant
-from .tree import WIDTH, tree_branch
+from .settings import Batching, TreeSettings
 
 METHODS = ("standard", "confidence", "spot", "oracle")
 
@@ -58,43 +58,31 @@ class GenerateOutput:
 
 
 def generate(target: Target, prompts, method: str = "standard", *, max_new_tokens: int = 256,
-             block_size: int = 32, temperature: float = 0.0, seed: int = 0, budget: int = 16,
-             width: int = WIDTH, branch: int | None = None, drafter: Drafter | None = None, eos_id: int | None = -1,
-             confidence: str = "prob", top_k: int = 32, rows=None, progress=None,
-             backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None,
-             score_all_nodes: bool | None = None, allow_partial_block: bool = False, max_batch: int | None = None,
-             lockstep: bool = False, static_round: bool | None = None,
-             compile_round: str | None = None) -> GenerateOutput:
+             block_size: int = 32, temperature: float = 0.0, seed: int = 0, drafter: Drafter | None = None,
+             budget: int | None = None, tree: TreeSettings | None = None, batching: Batching | None = None,
+             eos_id: int | None = -1, confidence: str = "prob", top_k: int = 32, rows=None,
+             backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None, progress=None,
+             allow_partial_block: bool = False) -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
-    budget: the most nodes (root included) one verification pass may score; width/branch shape the tree (branch
-    None: the spot drafter's own `branch`, else spot.tree.BRANCH).
     drafter: the order drafter for method="spot"; one with an `observe(stale, root_masked, accepted_pos, n_acc,
     rows)` method is also handed every pass's commits (spot.online.OnlineCalibrated learns from them).
+    tree: the draft tree's shape and how its round runs (spot.settings.TreeSettings: budget, width, branch,
+    static, compile, score_all_nodes; default TreeSettings()). budget: the one tree setting most calls change,
+    the most nodes (root included) a pass may score: given, it replaces tree.budget.
+    batching: how prompts share the target's rows (spot.settings.Batching: max_batch for continuous batching,
+    lockstep; default Batching(), every prompt at once).
     eos_id: stop id (-1: the target's own; None: never stop).
     rows: noise row id per prompt (default 0..batch-1) so that results do not depend on batch composition.
-    progress: an optional callable(done_blocks, total_blocks).
     orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
     uncounted, to find them).
     on_pass: an optional callable(block_index, step, stale) called after every pass with each row's block index
     and commit step before the pass (int64 [rows]) and the StaleFeatures it produced (`spot build collect` records
     trajectories with it).
-    score_all_nodes: score every tree node in one call (default on accelerators) or only the chain verification
-    can reach (default on CPU, where each scored row costs time); the tokens are the same either way.
+    progress: an optional callable(done_blocks, total_blocks).
     allow_partial_block: a block is always decoded whole (every one of its positions costs passes) and the output
     cut to max_new_tokens, so block_size > max_new_tokens is refused (it would spend up to block_size passes on
     fewer tokens) unless this is True.
-    max_batch: decode at most this many prompts at once (default: all); a row that is done (its blocks, or an
-    end-of-sequence token) leaves and the next prompt takes its place (continuous batching). Needs a target
-    whose sessions advance rows at their own pace (`Session.per_row`, the embedded target's).
-    lockstep: keep rows in lock-step even where the session could let each row start its next block as soon as
-    it finishes one (per-row progress, the default there); the tokens are the same either way.
-    static_round: run the round with fixed shapes and no host sync inside it (spot.round, docs/round.md; default
-    on accelerators) or let the host trim trees and stop their growth early (default on CPU, where that saves
-    drafter and target work); the trees and tokens are the same either way.
-    compile_round: a torch.compile backend ("inductor", "aot_eager", ...): run the static round's two halves
-    (drafting; scoring, verification and stale features) compiled whole (spot.round.compiled); implies
-    static_round. None (default): eager (docs/round.md says why on CPU).
 
     Arguments are checked before any work (spot.limits): temperature is 0 (greedy) or in [MIN_TEMPERATURE,
     the largest float32] (below it, or above it in float32, the scaled logits overflow); the estimated memory of a
@@ -102,11 +90,11 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     Python or NumPy integers, never bools; rows lie in [0, 2**32) (the coupled noise reads their low 32 bits,
     docs/noise.md); eos_id is None, -1 or an id of the vocabulary.
     """
-    branch = tree_branch(drafter if method == "spot" else None, branch)
-    prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows = _check_args(
-        target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch, drafter,
-        confidence, top_k, eos_id, rows, allow_partial_block, max_batch=max_batch, progress=progress,
-        on_pass=on_pass, orders=orders)
+    tree, batching = _tree_settings(tree, budget), _settings_object("batching", batching, Batching)
+    prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows, tree = _check_args(
+        target, prompts, method, max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
+        seed=seed, tree=tree, batching=batching, drafter=drafter, confidence=confidence, top_k=top_k, eos_id=eos_id,
+        rows=rows, allow_partial_block=allow_partial_block, progress=progress, on_pass=on_pass, orders=orders)
     if eos_id == -1:
         eos_id = target.eos_id
     b, dev = len(prompts), target.device
@@ -115,47 +103,39 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         if orders is None:
             orders = generate(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=block_size,
                               temperature=temperature, seed=seed, eos_id=eos_id, confidence=confidence,
-                              top_k=top_k, rows=rows, backend=backend,
-                              allow_partial_block=allow_partial_block, max_batch=max_batch,
-                              lockstep=lockstep).orders
+                              top_k=top_k, rows=rows, backend=backend, batching=batching,
+                              allow_partial_block=allow_partial_block).orders
         drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
         drafter = ConfidenceDrafter()
-    if static_round is None:
-        static_round = dev.type != "cpu" or compile_round is not None
-    if compile_round is not None and not static_round:
-        raise ValueError("compile_round: a compiled round is a static one (static_round=True or None)")
-    round_fns = (draft, settle) if compile_round is None else compiled(compile_round)
-    if score_all_nodes is None:
-        score_all_nodes = dev.type != "cpu"
+    round_fns = (draft, settle) if tree.compile is None else compiled(tree.compile)
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
-    if method == "standard" or budget == 1:
+    if method == "standard" or tree.budget == 1:
         drafter = None
-    cfg = RoundConfig(target.mask_id, seed, temperature, confidence, min(top_k, target.vocab_size), backend, budget,
-                      width, branch, eos_id, static_round, score_all_nodes)
+    cfg = RoundConfig(target.mask_id, seed, temperature, confidence, min(top_k, target.vocab_size), backend,
+                      tree.budget, tree.width, tree.branch, eos_id, tree.static, tree.score_all_nodes)
     stats = DecodeStats(method)
 
     t0 = time.perf_counter()
-    width_of_batch = b if max_batch is None else min(b, max_batch)
+    width_of_batch = b if batching.max_batch is None else min(b, batching.max_batch)
     session = target.start(prompts[:width_of_batch], max_new_tokens, block_size)
-    per_row = session.per_row and not lockstep
+    per_row = session.per_row and not batching.lockstep
     if width_of_batch < b and not per_row:
-        raise ValueError(f"max_batch: {b} prompts through {width_of_batch} rows needs a target whose sessions admit "
-                         f"rows ({type(target).__name__} keeps rows in lock-step): decode them in groups instead")
+        raise ValueError(f"Batching.max_batch: {b} prompts through {width_of_batch} rows needs a target whose "
+                         f"sessions admit rows ({type(target).__name__} keeps rows in lock-step): decode them in "
+                         "groups instead")
     # A block-aligned session (SDAR, LLaDA2: spot.families) opens the first block with each prompt's last
     # len % block_size tokens (`prompt_head`): they take block positions and are not output.
     head = list(getattr(session, "prompt_head", None) or [0] * width_of_batch)
     n_blocks = -(-(max_new_tokens + max(head, default=0)) // block_size) if max_new_tokens else 0
-    # commit orders, flat, with one spare entry last: a pass writes every row's accepted positions at once, those
-    # past its commits into the spare entry (no host sync to find which to write)
-    orders = torch.full((b * n_blocks * block_size + 1,), -1, dtype=torch.long, device=dev)
+    commit_orders = _CommitOrders(b, n_blocks, block_size, dev)
     blocks: list[list[torch.Tensor]] = [[] for _ in range(b)]
     slots = _Slots(list(range(width_of_batch)) if n_blocks else [], block_size, target.mask_id, dev)
     slots.new_blocks(list(range(len(slots))), session.initial_block(block_size))
     waiting = list(range(width_of_batch, b)) if n_blocks else []
     done_blocks = 0
     while len(slots):
-        complete, has_eos = _one_pass(cfg, drafter, target, session, slots, orders, n_blocks, stats, on_pass, rows,
+        complete, has_eos = _one_pass(cfg, drafter, target, session, slots, commit_orders, stats, on_pass, rows,
                                       round_fns)
         if not any(complete) or not (per_row or all(complete)):
             continue  # lock-step: every row waits for the slowest
@@ -204,7 +184,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         at += n
     stats.generated_tokens = sum(len(t) for t in tokens)
     stats.seconds = time.perf_counter() - t0
-    return GenerateOutput(tokens, stats, orders[:-1].view(b, n_blocks, block_size))
+    return GenerateOutput(tokens, stats, commit_orders.tensor())
 
 
 class _Slots:
@@ -252,12 +232,13 @@ class _Slots:
         self.stale = None if self.stale is None else self.stale.pad(len(sequence))
 
 
-def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session, slots: _Slots, orders: torch.Tensor,
-              n_blocks: int, stats: DecodeStats, on_pass, all_rows: torch.Tensor,
+def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session, slots: _Slots,
+              commit_orders: _CommitOrders, stats: DecodeStats, on_pass, all_rows: torch.Tensor,
               round_fns=(draft, settle)) -> tuple[list, list]:
     """One target pass over every row: draft a tree from the row's stale features, score it, accept the longest
-    chain that equals the target's own commits (spot.round); record the commit order in `orders`. Returns, per row,
-    whether its block is complete and whether it holds an end-of-sequence token: the pass's one host sync."""
+    chain that equals the target's own commits (spot.round); record the commit order in `commit_orders`. Returns,
+    per row, whether its block is complete and whether it holds an end-of-sequence token: the pass's one host
+    sync."""
     dev = slots.block.device
     t_draft = time.perf_counter()
     sequence = torch.tensor(slots.sequence, dtype=torch.long, device=dev)
@@ -276,8 +257,7 @@ def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session
     t_verify = time.perf_counter()
     need_stale = drafter is not None or on_pass is not None  # nothing reads them otherwise
     out = settle_fn(cfg, tree, logits, slots.block, slots.step, rows, block_start, block_index, sequence, need_stale)
-    _record_order(orders, sequence, block_index, slots.step, out.accepted_pos, out.n_acc, n_blocks,
-                  slots.block_size)
+    commit_orders.record(sequence, block_index, slots.step, out.accepted_pos, out.n_acc)
     active = out.root_masked.any(1)
     complete = ~(out.block == cfg.mask_id).any(1)
     has_eos = (out.block == cfg.eos_id).any(1) if cfg.eos_id is not None else complete
@@ -303,14 +283,25 @@ def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session
     return [bool(c) for c in complete_l], [bool(e) for e in eos_l]
 
 
-def _record_order(orders: torch.Tensor, sequence, block_index, step, acc_pos: torch.Tensor, n_acc: torch.Tensor,
-                  n_blocks: int, block_size: int) -> None:
-    """Write this pass's accepted positions into entries step .. step + n_acc - 1 of each row's block order
-    (`orders` flat [batch * blocks * B + 1]; the entries past a row's commits go to the spare last one)."""
-    n = acc_pos.shape[1]
-    c = torch.arange(n, device=acc_pos.device)[None]
-    at = ((sequence * n_blocks + block_index) * block_size)[:, None] + step[:, None] + c
-    orders.index_put_((torch.where(c < n_acc[:, None], at, orders.shape[0] - 1),), acc_pos)
+class _CommitOrders:
+    """Every row's commit order per block, flat [batch * blocks * B + 1] on the device, with one spare entry last: a
+    pass writes every row's accepted positions at once, those past its commits into the spare entry (no host sync
+    to find which to write)."""
+
+    def __init__(self, batch: int, n_blocks: int, block_size: int, device):
+        self.shape = (batch, n_blocks, block_size)
+        self.flat = torch.full((batch * n_blocks * block_size + 1,), -1, dtype=torch.long, device=device)
+
+    def record(self, sequence, block_index, step, acc_pos: torch.Tensor, n_acc: torch.Tensor) -> None:
+        """This pass's accepted positions into entries step .. step + n_acc - 1 of each row's block order."""
+        _, n_blocks, block_size = self.shape
+        c = torch.arange(acc_pos.shape[1], device=acc_pos.device)[None]
+        at = ((sequence * n_blocks + block_index) * block_size)[:, None] + step[:, None] + c
+        self.flat.index_put_((torch.where(c < n_acc[:, None], at, self.flat.shape[0] - 1),), acc_pos)
+
+    def tensor(self) -> torch.Tensor:
+        """int64 [batch, blocks, B] (-1: never committed)."""
+        return self.flat[:-1].view(self.shape)
 
 
 def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
@@ -361,16 +352,37 @@ def _rows(rows, b: int) -> torch.Tensor:
     return rows.long() if isinstance(rows, torch.Tensor) else torch.tensor(values, dtype=torch.long)
 
 
-def _check_pass_memory(target, batch: int, block_size: int, budget: int, width: int, branch: int) -> None:
-    """Estimate one pass's largest tensors before any is allocated: the logits of `budget` nodes ([batch, budget, B,
-    V], float32 or float64) and a tree depth's drafted children (`width` x `branch` states and their bookkeeping).
-    `batch` counts the rows in flight (`max_batch` of them at most), not the prompts waiting for a row."""
+def _check_pass_memory(target, batch: int, block_size: int, tree: TreeSettings) -> None:
+    """Estimate one pass's largest tensors before any is allocated: the logits of `tree.budget` nodes ([batch,
+    budget, B, V], float32 or float64) and a tree depth's drafted children (`width` x `branch` states and their
+    bookkeeping). `batch` counts the rows in flight (`Batching.max_batch` of them at most), not the prompts waiting
+    for a row."""
     itemsize = 8 if getattr(target, "dtype", None) == torch.float64 else 4
-    logits = batch * budget * block_size * target.vocab_size * itemsize
-    children = batch * width * branch * (block_size + 8) * 8
-    limits.size(f"budget / width / branch: a pass over budget={budget} nodes with width={width} x branch={branch} "
-                f"children per depth (batch {batch}, block {block_size}, vocabulary {target.vocab_size}) needs about",
-                max(logits, children))
+    logits = batch * tree.budget * block_size * target.vocab_size * itemsize
+    children = batch * tree.width * tree.branch * (block_size + 8) * 8
+    limits.size(f"budget / width / branch: a pass over budget={tree.budget} nodes with width={tree.width} x "
+                f"branch={tree.branch} children per depth (batch {batch}, block {block_size}, vocabulary "
+                f"{target.vocab_size}) needs about", max(logits, children))
+
+
+def _tree_settings(tree, budget) -> TreeSettings:
+    """`tree` (default TreeSettings()) with `budget`, when given, in place of its own."""
+    tree = _settings_object("tree", tree, TreeSettings)
+    if budget is None:
+        return tree
+    budget = limits.integer("budget", budget)  # named as the caller gave it, before TreeSettings names its field
+    if budget < 1:
+        raise ValueError(f"budget: expected >= 1, got {budget}")
+    return replace(tree, budget=budget)
+
+
+def _settings_object(name: str, value, kind: type):
+    """None (the defaults) or an instance of `kind`: a dict or a stray value is refused by name."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}: expected a spot.{kind.__name__} or None, got {type(value).__name__}")
+    return value
 
 
 def _check_output_memory(prompts: int, max_new_tokens: int, block_size: int) -> None:
@@ -398,15 +410,20 @@ def _check_orders(orders, prompts: list[list[int]], max_new_tokens: int, block_s
         raise ValueError(f"orders: entries must be -1 or a block position in [0, {block_size})")
 
 
-def _check_args(target, prompts, method, max_new_tokens, block_size, temperature, seed, budget, width, branch,
-                drafter, confidence, top_k, eos_id=-1, rows=None, allow_partial_block=False, *, max_batch=None,
+def _check_args(target, prompts, method, *, max_new_tokens, block_size, temperature, seed, tree: TreeSettings,
+                batching: Batching, drafter, confidence, top_k, eos_id=-1, rows=None, allow_partial_block=False,
                 progress=None, on_pass=None, orders=None):
-    """Every argument of `generate` checked (errors name the argument) and normalised: returns (prompts,
-    max_new_tokens, block_size, seed, temperature, eos_id, rows)."""
+    """Every argument of `generate` checked (errors name the argument; `tree` and `batching` checked their fields
+    when made) and normalised: returns (prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows, tree),
+    the tree settings resolved for this decode (`TreeSettings.resolved`)."""
     if not isinstance(target, Target):
         raise TypeError(f"target: expected a spot.Target, got {type(target).__name__}")
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
+    if method == "spot" and drafter is None:
+        raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
+    if drafter is not None and not isinstance(drafter, Drafter):
+        raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
     if isinstance(prompts, torch.Tensor):
         prompts = [prompts] if prompts.dim() == 1 else list(prompts)
     if not isinstance(prompts, (list, tuple)):
@@ -419,16 +436,14 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         clean.append(p)
     ints = {}
     for name, value, low in (("max_new_tokens", max_new_tokens, 0), ("block_size", block_size, 1),
-                             ("budget", budget, 1), ("width", width, 1), ("branch", branch, 1),
                              ("top_k", top_k, 1)):
         value = ints[name] = _integer(name, value)
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")
     max_new_tokens, block_size = ints["max_new_tokens"], ints["block_size"]
-    if max_batch is not None and _integer("max_batch", max_batch) < 1:
-        raise ValueError(f"max_batch: expected None or >= 1, got {max_batch}")
-    in_flight = len(clean) if max_batch is None else min(len(clean), _integer("max_batch", max_batch))
-    _check_pass_memory(target, in_flight, block_size, ints["budget"], ints["width"], ints["branch"])
+    tree = tree.resolved(drafter if method == "spot" else None, target.device)
+    in_flight = len(clean) if batching.max_batch is None else min(len(clean), batching.max_batch)
+    _check_pass_memory(target, in_flight, block_size, tree)
     _check_output_memory(len(clean), max_new_tokens, block_size)
     limits.callable_or_none("progress", progress)
     limits.callable_or_none("on_pass", on_pass)
@@ -452,10 +467,6 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
         rows = _rows(rows, len(clean))
     if confidence not in CONFIDENCE_KINDS:
         raise ValueError(f"confidence: expected one of {CONFIDENCE_KINDS}, got {confidence!r}")
-    if method == "spot" and drafter is None:
-        raise ValueError("drafter: method='spot' needs an order drafter (see spot.load_drafter)")
-    if drafter is not None and not isinstance(drafter, Drafter):
-        raise TypeError("drafter: expected an object with position_logits(stale, node_masked, node_row, depth)")
     max_block, trained_vocab = drafter_limits(drafter)
     if method == "spot" and trained_vocab and trained_vocab != target.vocab_size:
         raise ValueError(f"drafter: it reads token ids of a {trained_vocab}-token vocabulary (token buckets) and "
@@ -463,4 +474,4 @@ def _check_args(target, prompts, method, max_new_tokens, block_size, temperature
                          "--token-buckets (it reads no token ids) or train one on this target")
     if method == "spot" and isinstance(max_block, int) and block_size > max_block:
         raise ValueError(f"block_size: {block_size} exceeds the drafter's max_block {max_block}")
-    return clean, max_new_tokens, block_size, seed, temperature, eos_id, rows
+    return clean, max_new_tokens, block_size, seed, temperature, eos_id, rows, tree

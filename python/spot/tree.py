@@ -10,16 +10,12 @@ contains its ancestors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 import spot_kernels
 
 from .drafters import Drafter, StaleFeatures
-
-if TYPE_CHECKING:  # round.py imports this module
-    from .round import RoundConfig
 
 # The default tree shape: `width` frontier nodes expanded per depth, `branch` children drafted per frontier node
 # (measured against other shapes in docs/drafter.md). `budget` caps the nodes kept whatever the shape.
@@ -57,11 +53,11 @@ def tree_depths(budget: int, block_size: int) -> int:
 
 
 @torch.no_grad()
-def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, cfg: RoundConfig, *,
+def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, cfg, *,
               rows: torch.Tensor, draft_rows: torch.Tensor | None = None, prune: bool = True) -> Tree:
     """root int64 [b, B]; step int64 [b] (commits already in the root's block); rows int64 [b], each row's noise row.
-    cfg: the round's configuration (spot.round.RoundConfig): its budget, width, branch, seed, temperature, mask_id,
-    backend and static fields.
+    cfg: the round's configuration, a spot.round.RoundConfig (not imported here: round.py imports this module): its
+    budget, width, branch, seed, temperature, mask_id, backend and static fields.
     draft_rows: bool [b], the rows to grow (default all); the others keep their root alone (a row at its block's
     first pass has no stale features of that block to draft from).
     prune: frontier nodes with no child that could still be kept get no children (the same tree, for a drafter

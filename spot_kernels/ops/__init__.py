@@ -17,7 +17,7 @@ from . import noise, order_logits, score, select_children, tree_attention, verif
 
 MODULES = (noise, order_logits, score, select_children, tree_attention, verify_tree)
 # Op name -> its definition (schema, check, fake), and -> its family: the file stem shared by every backend
-# (reference/<family>.py, triton/<family>.py, csrc/cuda/<family>.cu) and by the tests (tests/test_<family>.py).
+# (reference/<family>.py, triton/<family>.py, csrc/cuda/<family>.cu) and by the tests (tests/ops/test_<family>.py).
 OPS = {d.name: d for module in MODULES for d in module.OPS}
 FAMILIES = {d.name: module.__name__.rsplit(".", 1)[-1] for module in MODULES for d in module.OPS}
 SCHEMAS = {name: d.schema for name, d in OPS.items()}

@@ -24,7 +24,7 @@ These are plain Python functions, not `torch.ops.spot.*` ops: they are a model-s
 families of spot_kernels.ops each have reference / cpu / cuda / triton kernels checked against each other; a
 matrix multiply needs no such family, and registering one would put every projection behind the op dispatcher
 for nothing). They run on CUDA tensors, and on CPU tensors under TRITON_INTERPRET=1 (set before this module is
-imported), where tests/test_batch_invariant.py checks them. Written for Triton 3.6 and 3.8.
+imported), where tests/ops/test_batch_invariant.py checks them. Written for Triton 3.6 and 3.8.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ prefix. A SPOT round replaces that block by the request's N tree nodes, N x B to
 - requests follow each other in whole nodes, so every node starts at a multiple of B in the flattened batch: the
   B-aligned segments that LLaDA2's block MoE routing (`token_index // B`) needs.
 
-Pure torch, no SGLang import: the functions here are tested on a CPU without SGLang (tests/test_sglang.py).
+Pure torch, no SGLang import: the functions here are tested on a CPU without SGLang (tests/integrations/test_sglang.py).
 """
 
 from __future__ import annotations

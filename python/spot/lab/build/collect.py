@@ -1,0 +1,134 @@
+"""`spot build collect`: trajectories of the target's standard decoding, the order drafter's training data
+(docs/design.md §2.4).
+
+For every pass of a standard run (state s_k of a block, k commits made) we keep what the drafter will later see
+as stale features: per block position the top-K probabilities and ids, the sampled token, its confidence and the
+masked flag; and the order in which the target committed the block. Standard decoding visits exactly the states
+SPOT accepts, so (features of s_k, state s_{k+1+d}) -> position committed at s_{k+1+d} is the drafter's task at
+tree depth d, and these trajectories are its exact training distribution.
+
+One shard per (block size, temperature) and run: `traj-B{B}-T{T}.safetensors`, or `traj-B{B}-T{T}-r{R}` for a run
+whose prompts are numbered from R (a later run on further prompts; training merges a pair's shards). Safetensors
+with
+  topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past
+  32768 tokens), tokens int16 (or int32) [blocks, B, B],
+  confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int32 [blocks, B] (positions in commit
+  order; int8 in shards of blocks up to 64 written before), prompt int32 [blocks] (index of the prompt = its
+  noise row), block_index int32 [blocks], block_start int64 [blocks] (absolute position of the block's first
+  token: with the seed in the metadata, the coordinates of the coupled noise, docs/design.md §2.3).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tqdm import tqdm
+
+from ...decode import _check_args, generate
+from ...loading import atomic_write
+from ...settings import Batching, TreeSettings
+
+
+# The commit order's positions: int32 holds any block the decoder accepts (int8 wrapped positions >= 128 to negative
+# numbers). Shards written with int8 load the same (`Trajectories` reads the order as int64).
+ORDER_DTYPE = torch.int32
+
+
+class TrajectoryRecorder:
+    """An `on_pass` hook for `spot.generate(method="standard")` that stores every pass's stale features."""
+
+    def __init__(self, batch: int, block_size: int):
+        self.batch, self.B = batch, block_size
+        self.blocks: dict[int, list] = {}
+        self.starts: dict[int, torch.Tensor] = {}
+
+    def __call__(self, block_index, step, stale):
+        if not bool((step == step[0]).all()) or not bool((block_index == block_index[0]).all()):
+            raise RuntimeError("trajectories need lock-step standard decoding")
+        blk = int(block_index[0])
+        self.blocks.setdefault(blk, []).append(stale)
+        self.starts[blk] = stale.block_start
+
+    def tensors(self, orders: torch.Tensor, first_prompt: int, vocab_size: int) -> dict[str, torch.Tensor]:
+        """Stack complete blocks: [batch * blocks, B steps, B, ...]. Token ids are int16 when the vocabulary fits,
+        else int32 (a 151,936-token Qwen vocabulary)."""
+        ids = torch.int16 if vocab_size <= 2**15 else torch.int32
+        done = [blk for blk, passes in sorted(self.blocks.items()) if len(passes) == self.B]
+
+        def stack(name, dtype):
+            per_block = [torch.stack([getattr(s, name) for s in self.blocks[blk]], 1) for blk in done]
+            return torch.stack(per_block, 1).flatten(0, 1).to(dtype).cpu()  # [batch * blocks, B, B, ...]
+
+        b = self.batch
+        return {
+            "topk_probs": stack("topk_probs", torch.float16),
+            "topk_ids": stack("topk_ids", ids),
+            "tokens": stack("tokens", ids),
+            "confidence": stack("confidence", torch.float32),
+            "masked": stack("masked", torch.bool),
+            "order": orders[:, done].flatten(0, 1).to(ORDER_DTYPE).cpu(),
+            "prompt": (first_prompt + torch.arange(b, dtype=torch.int32)).repeat_interleave(len(done)),
+            "block_index": torch.tensor(done, dtype=torch.int32).repeat(b),
+            "block_start": torch.stack([self.starts[blk] for blk in done], 1).flatten().to(torch.int64).cpu(),
+        }
+
+
+def pair_name(path) -> str:
+    """traj-B{B}-T{T} of a shard file traj-B{B}-T{T}[-r{R}].safetensors: the runs of one pair share it."""
+    return re.sub(r"-r\d+$", "", Path(path).stem)
+
+
+def check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k,
+                       first_row) -> None:
+    """`collect`'s arguments, refused (naming the argument) before anything is created or decoded."""
+    if not prompts:
+        raise ValueError("prompts: nothing to collect (no prompts)")
+    if not block_sizes or not temperatures:
+        raise ValueError(f"block_sizes, temperatures: expected at least one each, got {list(block_sizes)}, "
+                         f"{list(temperatures)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+    if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row < 0:
+        raise ValueError(f"first_row: expected an int >= 0, got {first_row!r}")
+    for B in block_sizes:
+        for T in temperatures:
+            _check_args(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=B, temperature=T,
+                        seed=seed, tree=TreeSettings(budget=1, width=1, branch=1), batching=Batching(), drafter=None,
+                        confidence="prob", top_k=top_k, eos_id=None,
+                        rows=list(range(first_row, first_row + len(prompts))))
+
+
+def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),
+            max_new_tokens: int = 256, batch_size: int = 16, seed: int = 0, top_k: int = 32, first_row: int = 0,
+            progress: bool = True) -> list[Path]:
+    """Run standard decoding for every (block size, temperature) and write one shard each. Deterministic.
+    Prompt i is numbered (and draws the noise of row) first_row + i. Every argument is checked before the output
+    folder is created; each shard is written to a temporary file and moved into place."""
+    out_dir = Path(out_dir)
+    check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k, first_row)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for B in block_sizes:
+        for T in temperatures:
+            path = out_dir / (f"traj-B{B}-T{T:g}" + (f"-r{first_row}" if first_row else "") + ".safetensors")
+            parts = []
+            bar = tqdm(total=len(prompts), desc=f"collect B={B} T={T:g}", disable=not progress, unit="prompt")
+            for start in range(0, len(prompts), batch_size):
+                batch = prompts[start:start + batch_size]
+                rec = TrajectoryRecorder(len(batch), B)
+                # rows = prompt index: the noise is that of the prompt wherever it is decoded
+                out = generate(target, batch, "standard", max_new_tokens=max_new_tokens, block_size=B,
+                               temperature=T, seed=seed, eos_id=None, top_k=top_k, on_pass=rec,
+                               rows=list(range(first_row + start, first_row + start + len(batch))))
+                parts.append(rec.tensors(out.orders, first_row + start, target.vocab_size))
+                bar.update(len(batch))
+            bar.close()
+            shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}
+            meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed), "first_row": str(first_row),
+                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts))}
+            atomic_write(path, lambda tmp, shard=shard, meta=meta: save_file(shard, tmp, metadata=meta))
+            paths.append(path)
+    return paths

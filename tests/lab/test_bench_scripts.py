@@ -1,0 +1,47 @@
+"""The decoding benchmarks in bench/ run end to end on the embedded target (tiny settings: seconds, not figures), so a
+change to the decoder cannot silently break a script whose figures the docs quote."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def script(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name,args", [
+    ("pass_work", ["--num-prompts", "1", "--max-new-tokens", "8", "--block-size", "8", "--budgets", "2,4",
+                   "--repeats", "1"]),
+    ("budget_curve", ["--num-prompts", "1", "--max-new-tokens", "8", "--block-size", "8", "--budgets", "2,4",
+                      "--methods", "spot,confidence,oracle", "--sharpness", "1,1.5"]),
+    ("budget_curve", ["--num-prompts", "1", "--max-new-tokens", "8", "--block-size", "8", "--budgets", "4",
+                      "--methods", "spot", "--target", "target2", "--drafter", "portable+online"]),
+    ("batching", ["--prompts", "2", "--stream", "3", "--width", "2", "--max-new-tokens", "32"]),
+    ("online_accuracy", ["--num-prompts", "2", "--max-new-tokens", "16", "--block-size", "8", "--budget", "4"]),
+])
+def test_bench_script_runs(name, args, tmp_path):
+    out = tmp_path / f"{name}.json"
+    assert script(name).main(args + ["--json", str(out)]) == 0
+    checks = list(exactness_checks(json.loads(out.read_text())))
+    assert checks and all(value is True for _, value in checks), checks  # every script checks its tokens
+
+
+def exactness_checks(node, path=""):
+    """(path, value) of every "exact..." entry of a report, at any depth."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key.startswith("exact"):
+                yield f"{path}/{key}", value
+            else:
+                yield from exactness_checks(value, f"{path}/{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from exactness_checks(value, f"{path}/{i}")
