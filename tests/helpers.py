@@ -146,7 +146,7 @@ def build_cuda_emulation():
     sources = []
     for family in sorted({f for f in spot_kernels.ops.FAMILIES.values()}):
         if not os.path.exists(os.path.join(cuda_dir, family + ".cu")):
-            continue  # a family without a CUDA kernel (tests/test_registry.py, WITHOUT_CUDA_KERNEL)
+            continue  # a family without a CUDA kernel (tests/ops/test_registry.py, WITHOUT_CUDA_KERNEL)
         wrapper = os.path.join(build, f"emu_{family}.cpp")
         text = f'#include "{os.path.join(cuda_dir, family + ".cu")}"\n'
         if not os.path.exists(wrapper) or open(wrapper).read() != text:

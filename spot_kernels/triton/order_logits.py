@@ -6,7 +6,7 @@ them, adds the position / relative-position / depth (/ token) embeddings, then p
 q, k, v products from slices of the packed qkv weight, the bidirectional softmax over the block and the head's share
 of the output projection; LayerNorm, the GELU MLP chunked over d_ff; then the final LayerNorm and the head. Every
 product is a float32 tl.dot with input_precision="ieee" (no TF32), so the logits differ from the reference's only by
-the order of float32 sums (tolerance in tests/test_order_logits.py).
+the order of float32 sums (tolerance in tests/ops/test_order_logits.py).
 
 Not yet timed on a GPU. Compiled for sm_90 at the shipped drafter's sizes (bench/triton_compile_check.py), 8 warps
 use 255 registers and spill about 3 KB per thread (4 warps: 32 registers and 39 KB of spills; 16 warps: 128
