@@ -12,6 +12,7 @@ from .extension import HAS_C_EXTENSION
 from .backends import BackendUnavailable, available_backends
 from .ops import OPS
 from .ops.noise import noise_uniform
+from .ops.order_logits import order_logits
 from .ops.score import CONFIDENCE_KINDS, ScoreOutput, score
 from .ops.select_children import ChildSelection, select_children
 from .ops.tree_attention import (
@@ -35,6 +36,7 @@ __all__ = [
     "VerifyOutput",
     "available_backends",
     "noise_uniform",
+    "order_logits",
     "score",
     "select_children",
     "tree_attention",

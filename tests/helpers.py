@@ -42,7 +42,8 @@ ON_GPU_DEVICE = torch.cuda.is_available()
 WITH_CUDA = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CUDA", 0))
 ON_GPU = WITH_CUDA and ON_GPU_DEVICE
 WITH_CPU = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CPU", 0))
-CPU_OPS = ("noise_uniform", "score", "select_children", "verify_tree")  # the ops csrc/cpu/ has a kernel for
+# the ops csrc/cpu/ has a kernel for
+CPU_OPS = ("noise_uniform", "order_logits", "score", "select_children", "verify_tree")
 DEVICE = torch.device("cuda" if ON_GPU_DEVICE else "cpu")
 BACKENDS = ("reference", "triton", "cuda-emulation", "cuda", "cpu")
 CUDA_KERNELS = ("cuda-emulation", "cuda")  # the CUDA C++ kernels: on the GPU, or emulated on CPU
@@ -144,6 +145,8 @@ def build_cuda_emulation():
     cuda_dir = os.path.join(ROOT, "csrc", "cuda")
     sources = []
     for family in sorted({f for f in spot_kernels.ops.FAMILIES.values()}):
+        if not os.path.exists(os.path.join(cuda_dir, family + ".cu")):
+            continue  # a family without a CUDA kernel (tests/ops/test_registry.py, WITHOUT_CUDA_KERNEL)
         wrapper = os.path.join(build, f"emu_{family}.cpp")
         text = f'#include "{os.path.join(cuda_dir, family + ".cu")}"\n'
         if not os.path.exists(wrapper) or open(wrapper).read() != text:

@@ -26,6 +26,14 @@ def sample_args(op: str) -> tuple:
         return (torch.randn(b, hq, n, block, dim, generator=g), torch.randn(b, hkv, prefix, dim, generator=g),
                 torch.randn(b, hkv, prefix, dim, generator=g), torch.randn(b, hkv, n, block, dim, generator=g),
                 torch.randn(b, hkv, n, block, dim, generator=g), torch.tensor([0, 2]), None)
+    if op == "order_logits":  # 2 stale rows, 3 nodes, B 4; d_model 8, 1 layer, 2 heads, d_ff 8, tokens and resampled
+        from spot_kernels.ops.order_logits import weight_count, weight_layout
+
+        weights = torch.randn(weight_count(weight_layout(5 + 3 + 2, 8, 1, 8, 4, 2, 3)), generator=g)
+        return (torch.randn(2, 4, 5, generator=g), torch.rand(2, 4, generator=g) < 0.7,
+                torch.randn(2, 4, 3, generator=g), torch.tensor([1, 0, 1]), torch.rand(3, 4, generator=g) < 0.7,
+                torch.tensor([0, 1, 5]),
+                torch.rand(3, 4, generator=g), weights, 8, 1, 2, 8, 4, 2)
     tree = (torch.tensor([0, 2]), 5, 2, 2, 3)
     if op == "tree_mask_additive":
         return tree + (torch.float32,)

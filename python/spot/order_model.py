@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import spot_kernels
+from spot_kernels.ops.order_logits import weight_layout
 
 from .drafters import StaleFeatures
 from .limits import size
@@ -182,6 +183,16 @@ class OrderModel(nn.Module):
         return logits.masked_fill(~node_masked, float("-inf"))
 
 
+def pack_order_weights(model: OrderModel) -> torch.Tensor:
+    """The model's weights as one flat float32 tensor on its device, in `spot_kernels.ops.order_logits.weight_layout`
+    order: what `spot_kernels.order_logits` reads (built once per drafter, see `LearnedDrafter`)."""
+    cfg = model.cfg
+    layout = weight_layout(cfg.n_features, cfg.d_model, cfg.n_layers, cfg.d_ff, cfg.max_block, cfg.max_depth,
+                           cfg.token_dim if cfg.token_buckets else 0)
+    state = model.state_dict()
+    return torch.cat([state[name].detach().float().reshape(-1) for name, _ in layout])
+
+
 class StaleInputs(NamedTuple):
     """`OrderModel.stale_inputs`: per row [N, B, ...]."""
 
@@ -195,9 +206,11 @@ class LearnedDrafter:
 
     A tree calls `position_logits` once per depth with the same `StaleFeatures`: what depends on them alone (the
     stale feature columns, token embeddings and, per sequence and depth, the resampled probabilities) is computed
-    once per pass and per sequence, not once per frontier node and depth."""
+    once per pass and per sequence, not once per frontier node and depth; each depth's forward is then one op,
+    `spot_kernels.order_logits`, on weights packed once (`pack_order_weights`)."""
 
-    def __init__(self, model: OrderModel, sharpness: float | dict = 1.0, branch: int | None = None):
+    def __init__(self, model: OrderModel, sharpness: float | dict = 1.0, branch: int | None = None,
+                 backend: str = "auto"):
         """sharpness: `position_logits` returns the model's logits times this: one number, or {"greedy": g,
         "sampling": s} for T = 0 and T > 0 apart. A tree ranks its nodes by the product of their drafted
         probabilities along the path, as if the drafter's errors at successive depths were independent; they are
@@ -205,11 +218,18 @@ class LearnedDrafter:
         grows deeper chains along its first choices and fewer siblings. Which value is best is measured: the shipped
         drafter's (`tree_sharpness` in its drafter.json) came from held-out prompts (docs/drafter.md).
         branch: the children per frontier node its trees draft when `generate` is given none (None: the decoder's
-        default, spot.tree.BRANCH; `tree_branch` in drafter.json)."""
+        default, spot.tree.BRANCH; `tree_branch` in drafter.json).
+        backend: the spot_kernels backend of its ops (`order_logits`, `select_children` for the resampled inputs);
+        "auto" honours SPOT_BACKEND."""
         self.model = model.eval()
         self.branch = _positive_int("branch", branch)
         self.sharpness = _sharpness("sharpness", sharpness)
         self._stale = self._inputs = None  # the StaleFeatures last seen and what was computed from them
+        self._weights = self._weights_key = None  # pack_order_weights(model), and the parameters it was built from
+        self._resampled = None  # float32 resampled_confidence of the pass's rows (_resampled_by_depth)
+        self.backend = backend
+        if self._per_pass():
+            self._pack_weights()
 
     @property
     def device(self):
@@ -229,19 +249,16 @@ class LearnedDrafter:
     def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
         dev, cfg = self.device, self.model.cfg
         node_row_d, depth_d = node_row.to(dev), depth.to(dev)
-        # per-pass inputs for an OrderModel whose forward is OrderModel's; any other model is called per node
-        per_pass = isinstance(self.model, OrderModel) and type(self.model).forward is OrderModel.forward
-        resampled = None
-        if cfg.resampled:
-            if stale.noise is None:
-                raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
-            noise = stale.noise
-            r = node_row_d
-            # per node (row-wise ops): no value-dependent shapes, so the round stays capturable (docs/round.md)
-            resampled = resampled_confidence(stale.topk_probs.to(dev)[r], stale.topk_ids.to(dev)[r], noise.seed,
-                                             noise.rows.to(dev)[r], stale.block_start.to(dev)[r],
-                                             noise.root_step.to(dev)[r] + depth_d, noise.temperature)
-        if not per_pass:
+        if cfg.resampled and stale.noise is None:
+            raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
+        if not self._per_pass():
+            resampled = None
+            if cfg.resampled:
+                noise, r = stale.noise, node_row_d
+                resampled = resampled_confidence(stale.topk_probs.to(dev)[r], stale.topk_ids.to(dev)[r], noise.seed,
+                                                 noise.rows.to(dev)[r], stale.block_start.to(dev)[r],
+                                                 noise.root_step.to(dev)[r] + depth_d, noise.temperature,
+                                                 backend=self.backend)
             top_ids = stale.topk_ids[node_row, :, 0].to(dev) if cfg.token_buckets else None
             logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
                                 stale.masked[node_row].to(dev), node_masked.to(dev), depth_d, resampled, top_ids)
@@ -250,9 +267,42 @@ class LearnedDrafter:
             top_ids = stale.topk_ids[:, :, 0].to(dev) if cfg.token_buckets else None
             self._inputs = self.model.stale_inputs(stale.topk_probs.to(dev), stale.confidence.to(dev),
                                                    stale.masked.to(dev), top_ids)
+            self._resampled = _resampled_by_depth(stale, dev, self.backend) if cfg.resampled else None
             self._stale = stale
-        logits = self.model.forward_nodes(self._inputs, node_masked.to(dev), depth_d, resampled, node_row_d)
+            self._pack_weights()
+        inputs = self._inputs
+        resampled = None
+        if self._resampled is not None:  # T = 0: per row [R, B]; T > 0: per row and depth [R, B, B]
+            resampled = self._resampled[node_row_d] if self._resampled.dim() == 2 else \
+                self._resampled[node_row_d, depth_d]
+        # the whole forward in one op (spot_kernels.order_logits: the same operations as OrderModel.forward_nodes)
+        logits = spot_kernels.order_logits(
+            inputs.features, inputs.masked, inputs.tokens, node_row_d, node_masked.to(dev), depth_d, resampled,
+            self._weights, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth,
+            backend=self.backend)
         return self._sharpened(logits, stale).to(node_masked.device)
+
+    def _per_pass(self) -> bool:
+        """Whether the per-pass path (stale inputs once per pass, the fused op per depth) computes what the model
+        would: a plain float32 OrderModel whose modules carry no hooks (a hook, such as OnlineCalibrated's
+        hidden-state one, must see the modules run, so such a model is called as a module, per node)."""
+        m = self.model
+        if not isinstance(m, OrderModel) or type(m).forward is not OrderModel.forward:
+            return False
+        if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+            return False
+        return m.head.weight.dtype == torch.float32 and not any(
+            mod._forward_hooks or mod._forward_pre_hooks for mod in m.modules())
+
+    def _pack_weights(self) -> None:
+        """The packed weights of `spot_kernels.order_logits`, rebuilt only when a parameter changed (its storage
+        or its in-place version counter). Under torch.compile the weights packed eagerly (at the latest at
+        construction) are used: a compiled round does not follow a model trained meanwhile."""
+        if torch.compiler.is_compiling() and self._weights is not None:
+            return
+        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        if key != self._weights_key:
+            self._weights, self._weights_key = pack_order_weights(self.model), key
 
     def sharpness_at(self, temperature: float) -> float:
         """The factor applied when decoding at `temperature` (greedy at 0, sampling above)."""
@@ -261,6 +311,28 @@ class LearnedDrafter:
     def _sharpened(self, logits: torch.Tensor, stale: StaleFeatures) -> torch.Tensor:
         factor = self.sharpness_at(stale.noise.temperature if stale.noise is not None else 0.0)
         return logits if factor == 1 else logits * factor
+
+
+def _resampled_by_depth(stale: StaleFeatures, device, backend: str) -> torch.Tensor:
+    """`resampled_confidence` of every row of a pass (float32, on `device`), once per pass: at T = 0 it is the same at
+    every depth, [R, B]; at T > 0 it depends on the step, root_step + depth, so [R, B, B] for depths 0 .. B - 1 (a
+    tree never grows deeper than B), one select_children call for them all. Row by row the same values as the
+    per-node call."""
+    noise = stale.noise
+    probs, ids = stale.topk_probs.to(device), stale.topk_ids.to(device)
+    if noise.temperature == 0:
+        return resampled_confidence(probs, ids, noise.seed, noise.rows, stale.block_start, noise.root_step, 0.0,
+                                    backend=backend).float()
+    n, B, K = probs.shape
+    depths = torch.arange(B, device=device)
+    steps = (noise.root_step.to(device)[:, None] + depths).reshape(-1)
+
+    def per_depth(x):  # [R, ...] -> [R * B, ...], row r's copy for depth d at r * B + d
+        return x.to(device)[:, None].expand(n, B, *x.shape[1:]).reshape(n * B, *x.shape[1:])
+
+    out = resampled_confidence(per_depth(probs), per_depth(ids), noise.seed, per_depth(noise.rows),
+                               per_depth(stale.block_start), steps, noise.temperature, backend=backend)
+    return out.float().view(n, B, B)
 
 
 def with_resampled_inputs(model: OrderModel) -> OrderModel:

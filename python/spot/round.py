@@ -37,7 +37,8 @@ from .tree import BRANCH, WIDTH, Tree, grow_tree
 
 @dataclass(frozen=True)
 class RoundConfig:
-    """What every round of one decode shares (one per temperature in a batch of several)."""
+    """What every round of one decode shares (one per temperature in a batch of several); `grow_tree` takes it
+    whole (its budget, width, branch, seed, temperature, mask_id, backend and static fields)."""
 
     mask_id: int
     seed: int
@@ -71,9 +72,7 @@ def draft(cfg: RoundConfig, drafter: Drafter | None, block: torch.Tensor, step: 
     alone, padded)."""
     if drafter is None or stale is None or cfg.budget == 1:
         return Tree.root_only(block)
-    return grow_tree(block, step, stale, drafter, budget=cfg.budget, width=cfg.width, branch=cfg.branch,
-                     seed=cfg.seed, rows=rows, temperature=cfg.temperature, mask_id=cfg.mask_id,
-                     backend=cfg.backend, draft_rows=has_stale, static=cfg.static)
+    return grow_tree(block, step, stale, drafter, cfg, rows=rows, draft_rows=has_stale)
 
 
 def settle(cfg: RoundConfig, tree: Tree, logits: NodeLogits | torch.Tensor, block: torch.Tensor,

@@ -53,41 +53,124 @@ def tree_depths(budget: int, block_size: int) -> int:
 
 
 @torch.no_grad()
-def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, *, budget: int,
-              width: int, branch: int, seed: int, rows: torch.Tensor, temperature: float, mask_id: int,
-              backend: str = "auto", draft_rows: torch.Tensor | None = None, prune: bool = True,
-              static: bool = False) -> Tree:
-    """root int64 [b, B]; step int64 [b] (commits already in the root's block).
+def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, drafter: Drafter, cfg, *,
+              rows: torch.Tensor, draft_rows: torch.Tensor | None = None, prune: bool = True) -> Tree:
+    """root int64 [b, B]; step int64 [b] (commits already in the root's block); rows int64 [b], each row's noise row.
+    cfg: the round's configuration, a spot.round.RoundConfig (not imported here: round.py imports this module): its
+    budget, width, branch, seed, temperature, mask_id, backend and static fields.
     draft_rows: bool [b], the rows to grow (default all); the others keep their root alone (a row at its block's
     first pass has no stale features of that block to draft from).
     prune: frontier nodes with no child that could still be kept get no children (the same tree, for a drafter
-    whose rows do not depend on each other; False expands every frontier node).
-    static: fixed shapes, no host synchronisation (the capturable round, docs/round.md): every one of the
-    `tree_depths(budget, B)` depths is grown, the drafter runs on every frontier node (pruned ones masked) and the
-    tree has exactly min(budget, pool) node slots, unused ones padding. Otherwise (the CPU default) the host
-    stops growing once the kept set can no longer change, calls the drafter on the open frontier nodes only and
-    trims the padding every row shares: a few host syncs per depth that save drafter work on a CPU. Both keep the
-    same nodes in the same order; the static tree only has more padding slots at the end."""
+    whose rows do not depend on each other; False expands every frontier node). The static tree never prunes: it
+    gains nothing from it, as its drafter runs on every frontier node anyway.
+    cfg.static: fixed shapes, no host synchronisation (the capturable round, docs/round.md): every one of the
+    `tree_depths(budget, B)` depths is grown, the drafter runs on every frontier node and the tree has exactly
+    min(budget, pool) node slots, unused ones padding. Otherwise (the CPU default) the host stops growing once the
+    kept set can no longer change, calls the drafter on the open frontier nodes only and trims the padding every row
+    shares: a few host syncs per depth that save drafter work on a CPU. Both keep the same nodes in the same order;
+    the static tree only has more padding slots at the end."""
     b, B = root.shape
-    dev = root.device
-    # Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
-    # at least as probable, and its descendants are no more probable and younger, so none of them could be kept.
-    # Capping the width there changes no tree, only the drafter work spent on it.
-    width = min(width, max(budget - 1, 1))
-    keep = budget - 1
-    lp_dtype = stale.topk_probs.dtype
-    logprob = torch.zeros(b, 1, dtype=lp_dtype, device=dev)
+    logprob = torch.zeros(b, 1, dtype=stale.topk_probs.dtype, device=root.device)
     if draft_rows is not None:  # a root of -inf path probability has no children worth keeping
         logprob = torch.where(draft_rows[:, None], logprob, float("-inf"))
+    if cfg.static:
+        return _grow_static(root, step, stale, drafter, cfg, rows, logprob)
+    return _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune)
+
+
+def _frontier_width(cfg) -> int:
+    """Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
+    at least as probable, and its descendants are no more probable and younger, so none of them could be kept.
+    Capping the width there changes no tree, only the drafter work spent on it."""
+    return min(cfg.width, max(cfg.budget - 1, 1))
+
+
+def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
+    """grow_tree with fixed shapes and no host sync, in few dispatched ops per depth (per-pass code: counted in
+    docs/round.md). No pruning: a frontier node that could not have a kept child only gets children that are not
+    kept either (they are no more probable than it and younger than the budget - 1 nodes it trails), so the kept
+    set is the pruned growth's."""
+    b, B = root.shape
+    dev, mask_id, branch, width = root.device, cfg.mask_id, cfg.branch, _frontier_width(cfg)
+    j = torch.arange(B, device=dev)
+    rows_of = _RowGather(stale, rows, step)
+    f_states, f_logprob = root, logprob.view(b)  # the frontier, flat [b * w, ...]: the root first
+    w = 1
+    # per depth, the children [b * w, branch] (row-major: row, frontier slot, child), their path log-probabilities
+    # [b, w * branch], and the frontier it expanded ([b, w], each slot's index among the previous depth's children)
+    states, logprobs, positions, tokens, frontiers, widths = [], [], [], [], [], []
+    for d in range(tree_depths(cfg.budget, B)):
+        node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
+        node_masked = f_states == mask_id
+        scores = drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d))
+        c_pos, c_logprob, c_tok = spot_kernels.select_children(
+            scores.to(f_logprob.dtype), node_masked, f_logprob, topk_probs, topk_ids, cfg.seed, node_rows,
+            block_start, node_step + d, cfg.temperature, branch, backend=cfg.backend)
+        n_children = w * branch
+        c_logprob = c_logprob.masked_fill(c_tok < 0, float("-inf")).view(b, n_children)  # no token: no child
+        # each child: its frontier node's state with one more commit (a child without a token is never kept, but
+        # the target may read it as a padding slot: clamp_min keeps its token id valid)
+        c_states = torch.where(c_pos[..., None] == j, c_tok.clamp_min(0)[..., None], f_states[:, None])
+        states.append(c_states)
+        logprobs.append(c_logprob)
+        positions.append(c_pos)
+        tokens.append(c_tok)
+        widths.append(w)
+        # the next frontier: the `width` most probable children of each row (stable sort: ties to the lower index)
+        order = torch.sort(c_logprob, dim=1, descending=True, stable=True).indices[:, :width]
+        frontiers.append(order)
+        w = order.shape[1]
+        flat = (order + rows_of.base(n_children)).view(-1)
+        f_states, f_logprob = c_states.view(-1, B)[flat], c_logprob.view(-1)[flat]
+    return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch),
+                      cfg.budget, True)
+
+
+def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch):
+    """The pool of `_grow_static` in `_keep_best`'s layout [b, m, ...]: the root, then each depth's children (row
+    by row: frontier slot, then child), with their parents' pool indices and their depths; a few ops per pass."""
+    b, B = root.shape
+    dev = root.device
+    counts = [w * branch for w in widths]  # children per row at each depth
+    none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
+    zero = torch.zeros(b, 1, dtype=torch.long, device=dev)
+    if not counts:
+        return root[:, None], logprob, none, none, none, zero
+    # the pool index of each depth's frontier slots: the root, then slot s of depth d >= 1 is child frontiers[d - 1]
+    # [:, s] of depth d - 1, whose children start at pool index 1 + counts[0] + ... + counts[d - 2]
+    firsts = [1 + sum(counts[:d]) for d in range(len(counts) - 1)]
+    slots = torch.cat([zero] + [f + first for f, first in zip(frontiers, firsts)], 1)  # [b, sum(widths)]
+    parents = slots[:, :, None].expand(b, slots.shape[1], branch).reshape(b, -1)
+    # depths: counts[d] children at depth d + 1, built per run of depths with equal counts (the frontier widens to
+    # `width`, then stays), on the device: no host-to-device copy inside a captured round
+    runs, start = [], 0
+    for d in range(1, len(counts) + 1):
+        if d == len(counts) or counts[d] != counts[start]:
+            runs.append(torch.arange(start + 1, d + 1, device=dev).repeat_interleave(counts[start]))
+            start = d
+    depth = torch.cat([zero, torch.cat(runs)[None].expand(b, -1)], 1)
+    return (torch.cat([root[:, None]] + [s.view(b, n, B) for s, n in zip(states, counts)], 1),
+            torch.cat([logprob] + logprobs, 1),
+            torch.cat([none, parents], 1),
+            torch.cat([none] + [x.view(b, n) for x, n in zip(positions, counts)], 1),
+            torch.cat([none] + [x.view(b, n) for x, n in zip(tokens, counts)], 1),
+            depth)
+
+
+def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree:
+    """grow_tree on the CPU path: the host stops growth early and calls the drafter on open frontier nodes only."""
+    b, B = root.shape
+    dev, mask_id, branch, width = root.device, cfg.mask_id, cfg.branch, _frontier_width(cfg)
+    keep = cfg.budget - 1
+    lp_dtype = logprob.dtype
     # the pool of drafted nodes, root first, depth after depth: per-depth pieces, concatenated once at the end
     states, logprobs, parents, positions, tokens, depths = [root[:, None]], [logprob], [], [], [], []
     f_states, f_logprob, frontier = root[:, None], logprob, None  # frontier [b, w] pool indices (None: the root)
     best = None  # [b, <= keep] the most probable non-root path log-probabilities so far, descending
     m, w = 1, 1  # pool size, frontier width
     rows_of = _RowGather(stale, rows, step)
-    n_depths = tree_depths(budget, B)
-    if not static:  # no deeper node than a row's masked positions: fewer depths to try (one sync)
-        n_depths = min(n_depths, int((root == mask_id).sum(1).max()) if b else 0)
+    # no deeper node than a row's masked positions: fewer depths to try (one sync)
+    n_depths = min(tree_depths(cfg.budget, B), int((root == mask_id).sum(1).max()) if b else 0)
     for d in range(n_depths):
         node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
         # A frontier node is expanded only if one of its children could still be kept: fewer than budget - 1
@@ -97,13 +180,10 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
             open_ = open_ & (f_logprob > best[:, -1:])
         node_masked = ((f_states == mask_id) & open_[..., None]).view(b * w, B)
         depth = torch.full_like(node_row, d)
-        if static:
-            scores = drafter.position_logits(stale, node_masked, node_row, depth).to(lp_dtype)
-        else:
-            scores = _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_.view(b * w), lp_dtype)
+        scores = _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_.view(b * w), lp_dtype)
         c_pos, c_logprob, c_tok = spot_kernels.select_children(
-            scores, node_masked, f_logprob.reshape(-1), topk_probs, topk_ids, seed, node_rows, block_start,
-            node_step + d, temperature, branch, backend=backend)
+            scores, node_masked, f_logprob.reshape(-1), topk_probs, topk_ids, cfg.seed, node_rows, block_start,
+            node_step + d, cfg.temperature, branch, backend=cfg.backend)
         ok = c_tok >= 0
         c_logprob = torch.where(ok, c_logprob, float("-inf")).view(b, w * branch)
         # Children's states: the frontier state with one more commit (c_tok >= 0 implies c_pos >= 0).
@@ -125,25 +205,30 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
         best = c_logprob if best is None else torch.cat((best, c_logprob), 1)
         if best.shape[1] > keep:
             best = best.topk(keep, dim=1).values  # sorted: the (budget - 1)-th largest is the last
-        if not static:
-            # Stop when no child is left, or every row already holds budget - 1 nodes at least as probable as any
-            # deeper node could be (deeper nodes also lose ties, being younger): the kept set can no longer change.
-            best_next = f_logprob[:, 0]
-            done = ~(best_next > float("-inf")).any() | ((best >= best_next[:, None]).sum(1) >= keep).all()
-            if bool(done):
-                break
+        # Stop when no child is left, or every row already holds budget - 1 nodes at least as probable as any
+        # deeper node could be (deeper nodes also lose ties, being younger): the kept set can no longer change.
+        best_next = f_logprob[:, 0]
+        done = ~(best_next > float("-inf")).any() | ((best >= best_next[:, None]).sum(1) >= keep).all()
+        if bool(done):
+            break
     depth = torch.cat([torch.zeros(b, 1, dtype=torch.long, device=dev)]
                       + [torch.full((b, n), d, dtype=torch.long, device=dev) for d, n in depths], 1)
     none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
     return _keep_best(torch.cat(states, 1), torch.cat(logprobs, 1), torch.cat([none] + parents, 1),
-                      torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth, budget, static)
+                      torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth, cfg.budget, False)
 
 
 class _RowGather:
     """Per-row inputs of select_children repeated for a frontier of `w` nodes per row (computed once per width)."""
 
     def __init__(self, stale: StaleFeatures, rows: torch.Tensor, step: torch.Tensor):
-        self.stale, self.rows, self.step, self.cache = stale, rows, step, {}
+        self.stale, self.rows, self.step, self.cache, self.bases = stale, rows, step, {}, {}
+
+    def base(self, n: int) -> torch.Tensor:
+        """[b, 1]: row i's offset i * n into a flat [b * n] tensor (computed once per n)."""
+        if n not in self.bases:
+            self.bases[n] = torch.arange(len(self.rows), device=self.rows.device)[:, None] * n
+        return self.bases[n]
 
     def __call__(self, w: int):
         if w not in self.cache:
@@ -169,7 +254,8 @@ def _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_, dtype
 
 def _keep_best(states, logprob, parents, positions, tokens, depth, budget, static) -> Tree:
     """The root and the budget - 1 most probable nodes (ties to the older), in pool order (parents before
-    children), padding after them: min(budget, pool) slots when `static`, else as many as the fullest row needs."""
+    children), padding after them (the root's state; parent, position, token -1; depth 0): min(budget, pool) slots
+    when `static`, else as many as the fullest row needs."""
     b, m, B = states.shape
     score = logprob.clone()
     score[:, 0] = float("inf")  # the root is always kept
@@ -189,7 +275,8 @@ def _keep_best(states, logprob, parents, positions, tokens, depth, budget, stati
         return torch.where(valid, x.gather(1, slot), fill)
 
     return Tree(
-        states=states.gather(1, slot[..., None].expand(b, n, B)),
+        # a padding slot holds the root's state (the target reads it; its outcome is never used)
+        states=torch.where(valid[..., None], states.gather(1, slot[..., None].expand(b, n, B)), states[:, :1]),
         parents=torch.where(valid, par, -1),
         positions=pick(positions),
         tokens=pick(tokens),

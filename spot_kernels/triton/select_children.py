@@ -7,8 +7,8 @@ coupled-noise Gumbel-max over the stale top-K at that position (log and noise in
 probabilities, else float32; T = 0: the stale top-1 id). The stale tensors are read through their strides, so
 expanded views cost nothing.
 
-The order drafter's transformer forward is not fused here: the decoder runs it in PyTorch (python/spot/drafters.py)
-and hands this op the position logits.
+The order drafter's transformer forward is its own op, spot::order_logits (triton/order_logits.py), whose position
+logits the decoder hands to this op.
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def test_a_drafter_carries_its_tree_branch(tmp_path, target, monkeypatch):
     real = spot.round.grow_tree
 
     def recording(*args, **kw):
-        seen.append(kw["branch"])
+        seen.append(args[4].branch)  # grow_tree(root, step, stale, drafter, cfg, ...)
         return real(*args, **kw)
 
     monkeypatch.setattr(spot.round, "grow_tree", recording)

@@ -1,12 +1,15 @@
 """The round (spot.round): static trees equal the host-trimmed ones, the static round is exact and never syncs
 with the host inside, and torch.compile(fullgraph=True) traces it whole with the same tokens (docs/round.md)."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 import spot
 from spot.lab.dispatch_count import DispatchCounter
 from spot.order_model import LearnedDrafter
+from spot.round import RoundConfig
 from spot.tree import grow_tree
 
 from test_tree import MASK, NodeHashDrafter, stale_features
@@ -30,15 +33,16 @@ def test_static_tree_is_the_host_tree_with_padding_slots(budget, width, branch, 
     root[2, 1::2] = 11
     step = (root != MASK).sum(1)
     stale = stale_features(b, B, K, seed=budget + width)
-    kw = dict(budget=budget, width=width, branch=branch, seed=5, rows=torch.arange(b), temperature=temperature,
-              mask_id=MASK, draft_rows=torch.tensor([True, True, False]))
-    host = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), **kw)
-    static = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), static=True, **kw)
+    kw = dict(rows=torch.arange(b), draft_rows=torch.tensor([True, True, False]))
+    cfg = RoundConfig(MASK, 5, temperature, budget=budget, width=width, branch=branch, static=False)
+    host = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), cfg, **kw)
+    static = grow_tree(root, step, stale, NodeHashDrafter(B, seed=branch), replace(cfg, static=True), **kw)
     n = host.parents.shape[1]
     assert n <= static.parents.shape[1] == min(budget, 1 + min(budget - 1, B) * width * branch)
     for name in ("states", "parents", "positions", "tokens", "depth"):
         assert torch.equal(getattr(static, name)[:, :n], getattr(host, name)), name
     assert bool((static.parents[:, n:] == -1).all()) and bool((static.tokens[:, n:] == -1).all())
+    assert bool((static.states[:, n:] == root[:, None]).all())  # padding slots hold the root's state
     assert bool((static.parents[2, 1:] == -1).all())  # a row without stale features keeps its root alone
 
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import spot
+from spot.round import RoundConfig
 from spot.tree import grow_tree
 
 MASK = 2
@@ -47,8 +48,8 @@ def test_pruned_growth_is_the_same_tree_with_fewer_drafter_rows(budget, width, b
     trees, rows = [], []
     for prune in (True, False):
         drafter = NodeHashDrafter(B, seed=width * 7 + branch)
-        trees.append(grow_tree(root, step, stale, drafter, budget=budget, width=width, branch=branch, seed=5,
-                               rows=torch.arange(b), temperature=temperature, mask_id=MASK, prune=prune))
+        cfg = RoundConfig(MASK, 5, temperature, budget=budget, width=width, branch=branch, static=False)
+        trees.append(grow_tree(root, step, stale, drafter, cfg, rows=torch.arange(b), prune=prune))
         rows.append(drafter.rows)
     for name in ("states", "parents", "positions", "tokens", "depth"):
         assert torch.equal(getattr(trees[0], name), getattr(trees[1], name)), name
@@ -65,8 +66,9 @@ def test_pruning_saves_drafter_rows_on_deep_trees():
     counts = {}
     for prune in (True, False):
         drafter = NodeHashDrafter(B, seed=3)
-        grow_tree(root, torch.zeros(b, dtype=torch.long), stale, drafter, budget=16, width=4, branch=4, seed=0,
-                  rows=torch.arange(b), temperature=0.0, mask_id=MASK, prune=prune)
+        grow_tree(root, torch.zeros(b, dtype=torch.long), stale, drafter,
+                  RoundConfig(MASK, 0, 0.0, budget=16, width=4, branch=4, static=False), rows=torch.arange(b),
+                  prune=prune)
         counts[prune] = drafter.rows
     assert counts[True] < 0.8 * counts[False], counts
 
@@ -87,9 +89,10 @@ def test_a_wider_branch_changes_no_tree_of_budget_up_to_branch_plus_one(temperat
             return super().position_logits(*args) / 20
 
     for budget in (1, 2, 3, 5, 16):
-        trees = [grow_tree(root, step, stale_features(b, B, K, seed=budget), Flat(B, seed=4), budget=budget,
-                           width=4, branch=branch, seed=5, rows=torch.arange(b), temperature=temperature,
-                           mask_id=MASK) for branch in (4, 8)]
+        trees = [grow_tree(root, step, stale_features(b, B, K, seed=budget), Flat(B, seed=4),
+                           RoundConfig(MASK, 5, temperature, budget=budget, width=4, branch=branch, static=False),
+                           rows=torch.arange(b))
+                 for branch in (4, 8)]
         same = all(torch.equal(getattr(trees[0], n), getattr(trees[1], n))
                    for n in ("states", "parents", "positions", "tokens", "depth"))
         assert same or budget > 5, budget
