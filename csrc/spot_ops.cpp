@@ -6,7 +6,7 @@
 // (`spot::_<op>_cpu`, `spot::_<op>_cuda`: the public schema without `backend`), is defined once, in Python, by
 // spot_kernels/registry.py from the `SCHEMAS` of spot_kernels/ops/<family>.py. The dispatcher accepts an impl
 // registered before its schema and checks the kernel's inferred signature against the schema when the definition
-// arrives (tests/test_registry.py covers both). The public ops are implemented by the Python router
+// arrives (tests/ops/test_registry.py covers both). The public ops are implemented by the Python router
 // (spot_kernels/registry.py), which validates arguments and picks a backend.
 
 // Python.h only provides the module init below; it must come before any other include.

@@ -17,7 +17,7 @@
 //      reference's), keeping a sorted list and skipping the exp for x below the value that could enter it;
 //   5. the confidence, then per node the commit position.
 // The row function is compiled for the baseline ISA and for AVX2 (SPOT_CPU_CLONES, no -march). Probabilities agree
-// with the reference's to float rounding (tolerance in tests/test_cpu_backend.py); tokens and top-K ids are equal.
+// with the reference's to float rounding (tolerance in tests/ops/test_score.py); tokens and top-K ids are equal.
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
