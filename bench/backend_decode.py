@@ -10,11 +10,10 @@ target passes, scoring + verification) and whether the tokens equal the first ba
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 import spot
-from spot.lab.bench import decode_all
+from spot.lab.bench import check_writable, decode_all, write_json
 from spot.prompts import held_out_prompts
 
 
@@ -29,6 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if a.json:
+        check_writable(a.json)  # before the run, not after it
     target = spot.load_target()
     prompts = [target.tokenizer.encode(t) for t in held_out_prompts(a.num_prompts)]
     drafter = spot.load_drafter() if a.method == "spot" else None
@@ -54,9 +55,7 @@ def main(argv=None) -> int:
         else:
             os.environ["SPOT_BACKEND"] = saved
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"settings": {**settings, "method": a.method, "num_prompts": len(prompts)}, "runs": runs}, f,
-                      indent=1)
+        write_json({"settings": {**settings, "method": a.method, "num_prompts": len(prompts)}, "runs": runs}, a.json)
     return 0
 
 

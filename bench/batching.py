@@ -17,7 +17,7 @@ import argparse
 import time
 
 import spot
-from spot.lab.bench import write_json
+from spot.lab.bench import check_writable, write_json
 from spot.prompts import held_out_prompts
 
 
@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     parser.add_argument("--width", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     a = parser.parse_args(argv)
+    if a.json:
+        check_writable(a.json)  # before the run, not after it
     target, drafter = spot.load_target(), spot.load_drafter()
     texts = held_out_prompts(max(a.prompts, a.stream))
     prompts = [target.tokenizer.encode(t) for t in texts]

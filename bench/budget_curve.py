@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 import spot
-from spot.lab.bench import decode_all, write_json
+from spot.lab.bench import check_writable, decode_all, write_json
 from spot.prompts import held_out_prompts
 from spot.tree import WIDTH, tree_branch
 
@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if a.json:
+        check_writable(a.json)  # before the run, not after it
     target = spot.load_target(a.target, dtype=a.dtype)
     drafter = spot.load_drafter(a.drafter)
     sharpness = [float(x) for x in a.sharpness.split(",")] if a.sharpness else [None]

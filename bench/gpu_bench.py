@@ -36,6 +36,7 @@ from triton.testing import do_bench
 import spot_kernels
 from common import I64, attention_inputs, capture, children_inputs, nbytes, random_trees, score_inputs
 from common import backends_for as _backends_for
+from spot.files import atomic_write_text
 
 DEV = torch.device("cuda")
 RESULTS: dict = {"meta": {}, "results": [], "goals": {}, "errors": []}
@@ -45,8 +46,7 @@ T_START = time.time()
 
 def save():
     if ARGS.json:
-        with open(ARGS.json, "w") as f:
-            json.dump(RESULTS, f, indent=1, default=str)
+        atomic_write_text(ARGS.json, json.dumps(RESULTS, indent=1, default=str))
 
 
 def left() -> float:

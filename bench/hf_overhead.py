@@ -15,13 +15,13 @@ Goals: spot 1 / bare <= 1.10; spot N close to bare N x B, well below N separate 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from spot.lab.bench import check_writable, write_json
 from spot.hf import HFTarget, _crop
 
 PROMPT, B, NODES = 256, 32, (1, 2, 4, 8, 16)
@@ -41,6 +41,8 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
     a = parser.parse_args()
+    if a.json:
+        check_writable(a.json)  # before the run, not after it
     torch.set_num_threads(a.threads)
     model = build_model()
     params = sum(p.numel() for p in model.parameters())
@@ -90,10 +92,8 @@ def main() -> int:
         print(f"{r['nodes']:>3} {r['spot_ms']:>13.2f} {r['bare_nxb_ms']:>12.2f} {r['separate_ms']:>14.2f} "
               f"{r['spot_ms'] / r['bare_nxb_ms']:>14.3f} {r['spot_ms'] / r['separate_ms']:>14.3f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"parameters": params, "prompt": PROMPT, "block_size": B, "threads": a.threads,
-                       "reps": a.reps, "ms": ms, "rows": rows, "one_node_over_bare": ms["spot 1"] / ms["bare"]},
-                      f, indent=1)
+        write_json({"parameters": params, "prompt": PROMPT, "block_size": B, "threads": a.threads, "reps": a.reps,
+                    "ms": ms, "rows": rows, "one_node_over_bare": ms["spot 1"] / ms["bare"]}, a.json)
     return 0
 
 

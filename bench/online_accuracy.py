@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 import spot
-from spot.lab.bench import decode_all, write_json
+from spot.lab.bench import check_writable, decode_all, write_json
 from spot.prompts import held_out_prompts
 
 
@@ -29,6 +29,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if a.json:
+        check_writable(a.json)  # before the run, not after it
     target, drafter = spot.load_target(a.target), spot.load_drafter(a.drafter)
     if not hasattr(drafter, "prequential_accuracy"):
         raise SystemExit(f"--drafter {a.drafter}: not an online-calibrated drafter (NAME+online)")

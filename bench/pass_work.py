@@ -27,7 +27,7 @@ import torch
 
 import spot
 import spot.round
-from spot.lab.bench import write_json
+from spot.lab.bench import check_writable, write_json
 from spot.order_model import LearnedDrafter, OrderModel
 from spot.prompts import held_out_prompts
 from spot.target import ModelSession, NodeLogits
@@ -123,6 +123,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
+    if a.json:
+        check_writable(a.json)  # before the run, not after it
     torch.manual_seed(0)
     target, drafter = spot.load_target(), spot.load_drafter()
     old_drafter = per_node_drafter(drafter)

@@ -10,9 +10,9 @@ default drafter: issue 29's table, counted with spot.lab.dispatch_count.Dispatch
 from __future__ import annotations
 
 import argparse
-import json
 
 import spot
+from spot.lab.bench import check_writable, write_json
 from spot.lab.dispatch_count import STAGES, DispatchCounter, format_per_pass
 
 
@@ -40,6 +40,8 @@ def main(argv=None) -> None:
                    "`def add(a, b):`)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.json:
+        check_writable(args.json)  # before the run, not after it
     target, drafter = spot.load_target(), spot.load_drafter()
     prompts = [target.tokenizer.encode(text) for text in args.prompt or ["def add(a, b):\n"]]
     report = []
@@ -52,8 +54,7 @@ def main(argv=None) -> None:
                 print(f"== {method} T={t} {'static' if static else 'cpu path'}: {r['passes']} passes")
                 print(format_per_pass(r["per_pass"]))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+        write_json(report, args.json)
 
 
 if __name__ == "__main__":

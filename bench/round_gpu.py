@@ -20,6 +20,7 @@ import time
 import torch
 
 import spot
+from spot.lab.bench import check_writable, write_json
 from spot.round import RoundConfig, draft, settle
 
 
@@ -97,6 +98,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
+    if a.json:
+        check_writable(a.json)  # before the run, not after it
     target = spot.load_target(device=a.device)
     drafter = spot.load_drafter(device=a.device)
     report = []
@@ -108,8 +111,7 @@ def main(argv=None) -> int:
                     print(json.dumps(entry))
                     report.append(entry)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"device": a.device, "buckets": report}, f, indent=1)
+        write_json({"device": a.device, "buckets": report}, a.json)
     return 0 if all(e.get("replay_bit_identical", True) for e in report) else 1
 
 

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from spot.lab.bench import check_writable, write_json
+
 BLOCK = 16
 PROMPTS = [[151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30], list(range(1000, 1037)), [42] * 5]
 MAX_NEW = 48
@@ -77,6 +79,8 @@ def main() -> int:
     ap.add_argument("--json", required=True)
     ap.add_argument("--budget", type=float, default=300.0, help="seconds; engines not started past it are skipped")
     args = ap.parse_args()
+    if args.json:
+        check_writable(args.json)  # before the run, not after it
     result = {"claims": {}, "runs": {}, "errors": []}
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,7 +114,7 @@ def main() -> int:
         result["claims"]["fewer_forwards_than_standard_T1"] = r["spot_T1"]["forwards"] < r["standard_T1"]["forwards"]
         result["claims"]["forward_ratio_vs_standard_T1"] = r["spot_T1"]["forwards"] / \
             max(r["standard_T1"]["forwards"], 1)
-    Path(args.json).write_text(json.dumps(result, indent=1))
+    write_json(result, args.json)
     print(json.dumps(result["claims"], indent=1), *result["errors"], sep="\n")
     ok = result["claims"] and all(v is not False for v in result["claims"].values()) and not result["errors"]
     return 0 if ok else 1

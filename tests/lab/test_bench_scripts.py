@@ -45,3 +45,24 @@ def exactness_checks(node, path=""):
     elif isinstance(node, list):
         for i, value in enumerate(node):
             yield from exactness_checks(value, f"{path}/{i}")
+
+
+@pytest.mark.parametrize("name", ["pass_work", "budget_curve", "batching", "online_accuracy", "backend_decode",
+                                  "round_count", "round_gpu"])
+def test_bench_script_refuses_a_json_path_before_running(name, tmp_path, monkeypatch):
+    """--json is checked before the run (a bad path does not lose a whole benchmark's results) and goes through
+    the write guard every write of the project passes: a path inside the installed package is refused."""
+    from spot.files import PACKAGE_DIR
+
+    import spot
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded before --json was checked")
+
+    monkeypatch.setattr(spot, "generate", no_decoding)
+    monkeypatch.setattr(spot, "load_target", no_decoding)
+    for path, message in ((PACKAGE_DIR / f"{name}.json", "inside the installed spot package"),
+                          (tmp_path / "missing" / "x.json", "does not exist")):
+        with pytest.raises(ValueError, match=message):
+            script(name).main(["--json", str(path)])
+        assert not path.exists()
