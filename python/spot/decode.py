@@ -312,7 +312,6 @@ def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:
 
 
 ROW_LIMIT = 2**32  # rows lie in [0, ROW_LIMIT): the coupled noise reads their low 32 bits (docs/noise.md)
-_integer = limits.integer  # Python and NumPy integers, never bools
 
 
 def _token_ids(name: str, p) -> list[int]:
@@ -437,7 +436,7 @@ def _check_args(target, prompts, method, *, max_new_tokens, block_size, temperat
     ints = {}
     for name, value, low in (("max_new_tokens", max_new_tokens, 0), ("block_size", block_size, 1),
                              ("top_k", top_k, 1)):
-        value = ints[name] = _integer(name, value)
+        value = ints[name] = limits.integer(name, value)
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")
     max_new_tokens, block_size = ints["max_new_tokens"], ints["block_size"]
@@ -454,12 +453,12 @@ def _check_args(target, prompts, method, *, max_new_tokens, block_size, temperat
                          f"whole, up to {block_size} target passes for {max_new_tokens} token(s); use block_size <= "
                          "max_new_tokens, or pass allow_partial_block=True to decode it whole and keep its first "
                          "max_new_tokens tokens")
-    seed = _integer("seed", seed)
+    seed = limits.integer("seed", seed)
     if not 0 <= seed < 2**63:
         raise ValueError(f"seed: expected an int in [0, 2**63), got {seed!r}")
     temperature = limits.temperature("temperature", temperature)
     if eos_id is not None:
-        eos_id = _integer("eos_id", eos_id)
+        eos_id = limits.integer("eos_id", eos_id)
         if eos_id != -1 and not 0 <= eos_id < target.vocab_size:
             raise ValueError(f"eos_id: expected None, -1 (the target's own) or an id in [0, {target.vocab_size}), "
                              f"got {eos_id}")
