@@ -48,9 +48,10 @@ class Spot(SpotDriver, DllmAlgorithm):
         on = [phase for phase in ("decode", "prefill")
               if str(getattr(getattr(graphs, phase, None), "backend", None) or "disabled").lower() != "disabled"]
         if on:
-            problems.append(f"CUDA graphs off (on for {on}): a tree batch holds N x B tokens per request, N varying "
-                            "per round, which no captured graph replays; pass --disable-decode-cuda-graph "
-                            "--disable-prefill-cuda-graph")
+            problems.append(f"CUDA graphs off (on for {on}): a tree batch holds N x B tokens per request (N = 1 at a "
+                            "block's first pass, the tree's node slots after it) under a per-request tree mask, "
+                            "while SGLang's graphs capture block_size tokens per request under its own block mask; "
+                            "pass --disable-decode-cuda-graph --disable-prefill-cuda-graph")
         if getattr(cfg, "enable_dp_attention", False):
             problems.append("no --enable-dp-attention: its padded, gathered batches have not been checked against "
                             "the tree layout")
