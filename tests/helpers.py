@@ -367,3 +367,30 @@ def assert_score_equal(got, want, probs_atol=2e-6, cpu_scale=None):
     tol = dict(rtol=1e-12, atol=1e-14) if conf.dtype == torch.float64 else dict(rtol=2e-5, atol=2e-6)
     torch.testing.assert_close(conf, w_conf, equal_nan=True, **tol)
     torch.testing.assert_close(probs, w_probs, **{**tol, "atol": min(tol["atol"], probs_atol)})
+
+
+def assert_backend_reaches_tree_ops(monkeypatch, target, prompts, tree_ops: set, **kw) -> None:
+    """generate(backend=...) reaches `target`'s own tree ops (`tree_ops`, e.g. {"tree_mask", "tree_position_ids"}),
+    observed at backends.resolve: "reference" as asked, "cpu" (no tree-op kernels) covered by the reference; the
+    tokens equal the "auto" decode's; an unknown backend is refused when a session starts."""
+    import pytest
+    import spot
+
+    want = spot.generate(target, prompts, "confidence", **kw).tokens
+    real, asked = backends.resolve, []
+
+    def recording(op, device, backend="auto"):
+        asked.append((op, backend))
+        return real(op, device, backend)
+
+    monkeypatch.setattr(backends, "resolve", recording)
+    for backend, tree_backend in (("reference", "reference"), ("cpu", "reference")):
+        if backend == "cpu" and "cpu" not in spot_kernels.available_backends("score", "cpu"):
+            continue  # the extension was built without its CPU kernels: the round could not run under "cpu"
+        asked.clear()
+        assert spot.generate(target, prompts, "confidence", backend=backend, **kw).tokens == want
+        seen = {(op, b) for op, b in asked if op.startswith("tree_")}
+        assert {op for op, _ in seen} == tree_ops
+        assert {b for _, b in seen} == {tree_backend}, seen
+    with pytest.raises(ValueError, match="backend must be one of"):
+        target.start(prompts, kw["max_new_tokens"], kw["block_size"], backend="gpu")

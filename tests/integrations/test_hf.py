@@ -6,6 +6,7 @@ import torch
 
 pytest.importorskip("transformers")
 
+import helpers  # noqa: E402
 import hf_tiny  # noqa: E402
 import spot  # noqa: E402
 from spot.hf import HFTarget, load_hf_target  # noqa: E402
@@ -86,28 +87,9 @@ def test_generate_backend_reaches_the_block_causal_pass(monkeypatch):
     """generate(backend=...) is the backend of a block-causal session's tree ops (tree_mask, tree_position_ids), not
     only of the round's; "cpu", which has no tree-op kernels, covers them with the reference, as on the embedded
     target; the tokens are the same, and an unknown backend is refused when the session starts."""
-    import spot_kernels
-
-    t = target("llama", "block_causal", self_check=False)
-    kw = dict(max_new_tokens=8, block_size=4)
-    want = spot.generate(t, hf_tiny.PROMPTS, "confidence", **kw).tokens
-    real, asked = spot_kernels.backends.resolve, []
-
-    def recording(op, device, backend="auto"):
-        asked.append((op, backend))
-        return real(op, device, backend)
-
-    monkeypatch.setattr(spot_kernels.backends, "resolve", recording)
-    for backend, tree_backend in (("reference", "reference"), ("cpu", "reference")):
-        if backend == "cpu" and "cpu" not in spot_kernels.available_backends("score", "cpu"):
-            continue  # the extension was built without its CPU kernels: the round could not run under "cpu"
-        asked.clear()
-        assert spot.generate(t, hf_tiny.PROMPTS, "confidence", backend=backend, **kw).tokens == want
-        tree_ops = {(op, b) for op, b in asked if op.startswith("tree_")}
-        assert {op for op, _ in tree_ops} == {"tree_mask", "tree_position_ids"}
-        assert {b for _, b in tree_ops} == {tree_backend}, tree_ops
-    with pytest.raises(ValueError, match="backend must be one of"):
-        t.start(hf_tiny.PROMPTS, 8, 4, backend="gpu")
+    helpers.assert_backend_reaches_tree_ops(monkeypatch, target("llama", "block_causal", self_check=False),
+                                            hf_tiny.PROMPTS, {"tree_mask", "tree_position_ids"},
+                                            max_new_tokens=8, block_size=4)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -5,6 +5,7 @@ import torch
 
 import spot
 from spot.model import BlockDiffusionLM, KVCache
+import helpers
 from tiny import TINY, sharp_target
 
 B = 4
@@ -222,28 +223,9 @@ def test_generate_backend_reaches_the_target_pass(monkeypatch):
     """generate(backend=...) is the backend of the embedded target's tree ops too (tree_mask, tree_position_ids,
     tree_attention), not only of the round's; "cpu", which has no tree-op kernels, covers them with the reference
     (as SPOT_BACKEND=cpu does); the tokens are the same under every backend, and an unknown one is refused."""
-    import spot_kernels
-
-    target = sharp_target()
-    prompts, kw = [[4, 5, 6], [7, 8]], dict(max_new_tokens=8, block_size=B)
-    want = spot.generate(target, prompts, "confidence", **kw).tokens
-    real, asked = spot_kernels.backends.resolve, []
-
-    def recording(op, device, backend="auto"):
-        asked.append((op, backend))
-        return real(op, device, backend)
-
-    monkeypatch.setattr(spot_kernels.backends, "resolve", recording)
-    for backend, tree_backend in (("reference", "reference"), ("cpu", "reference")):
-        if backend == "cpu" and "cpu" not in spot_kernels.available_backends("score", "cpu"):
-            continue  # the extension was built without its CPU kernels: the round could not run under "cpu"
-        asked.clear()
-        assert spot.generate(target, prompts, "confidence", backend=backend, **kw).tokens == want
-        tree_ops = {(op, b) for op, b in asked if op.startswith("tree_")}
-        assert {op for op, _ in tree_ops} == {"tree_mask", "tree_position_ids", "tree_attention"}
-        assert {b for _, b in tree_ops} == {tree_backend}, tree_ops
-    with pytest.raises(ValueError, match="backend must be one of"):
-        target.start(prompts, 8, B, backend="gpu")
+    helpers.assert_backend_reaches_tree_ops(monkeypatch, sharp_target(), [[4, 5, 6], [7, 8]],
+                                            {"tree_mask", "tree_position_ids", "tree_attention"},
+                                            max_new_tokens=8, block_size=B)
 
 
 def test_the_cache_right_aligns_rows_from_host_integers():
