@@ -90,8 +90,8 @@ def _pass_bytes(target, monkeypatch):
     record = {"peak": 0, "rows": 0}
     start = type(target).start
 
-    def recording_start(self, prompts, max_new_tokens, block_size):
-        session = start(self, prompts, max_new_tokens, block_size)
+    def recording_start(self, prompts, max_new_tokens, block_size, **kw):
+        session = start(self, prompts, max_new_tokens, block_size, **kw)
         score_lazily = session.score_lazily
 
         def score(nodes):
