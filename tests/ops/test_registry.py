@@ -51,7 +51,7 @@ def _private(op: str):
 
 # Families with no CUDA C++ kernel: on CUDA tensors "auto" takes their Triton kernel (backends._AUTO_ORDER).
 # order_logits: a small transformer forward per draft node, which the Triton kernel already runs one program per node.
-WITHOUT_CUDA_KERNEL = {"order_logits"}
+WITHOUT_CUDA_KERNEL = {"expand_frontier", "order_logits"}
 CUDA_OPS = [op for op in OPS if FAMILIES[op] not in WITHOUT_CUDA_KERNEL]  # the ops csrc/cuda/ has a kernel for
 
 
