@@ -39,7 +39,7 @@ def sample_args(op: str) -> tuple:
         return (torch.randn(2, 4, 5, generator=g), torch.rand(2, 4, generator=g) < 0.7,
                 torch.randn(2, 4, 3, generator=g), torch.tensor([1, 0, 1]), torch.rand(3, 4, generator=g) < 0.7,
                 torch.tensor([0, 1, 5]),
-                torch.rand(3, 4, generator=g), weights, 8, 1, 2, 8, 4, 2)
+                torch.rand(2, 4, generator=g), weights, 8, 1, 2, 8, 4, 2, 1.5)
     tree = (torch.tensor([0, 2]), 5, 2, 2, 3)
     if op == "tree_mask_additive":
         return tree + (torch.float32,)
