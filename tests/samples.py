@@ -19,8 +19,8 @@ def sample_args(op: str) -> tuple:
                 torch.tensor([1, 3]), 1.0, 2)
     if op == "expand_frontier":  # 2 rows, 2 frontier nodes each, B 4, mask id 9
         probs = torch.softmax(torch.randn(2, 4, 3, generator=g), -1)
-        states = torch.tensor([[[9, 9, 1, 9], [9, 2, 9, 9]], [[9, 9, 9, 9], [3, 9, 9, 1]]])
-        return (torch.randn(2, 2, 4, generator=g), states, torch.zeros(2, 2), probs,
+        states = torch.tensor([[9, 9, 1, 9], [9, 2, 9, 9], [9, 9, 9, 9], [3, 9, 9, 1]])  # flat [b * w, B]
+        return (torch.randn(4, 4, generator=g), states, torch.zeros(4), probs,
                 torch.randint(0, 9, (2, 4, 3), generator=g), 1, torch.arange(2), torch.zeros(2, dtype=I64),
                 torch.tensor([1, 3]), 1.0, 9, 2, 3)
     if op == "verify_tree":

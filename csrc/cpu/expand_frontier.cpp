@@ -36,16 +36,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& stale_topk_probs, const at::Tensor& stale_topk_ids, int64_t seed, const at::Tensor& rows,
     const at::Tensor& block_start, const at::Tensor& steps, double temperature, int64_t mask_id, int64_t branch,
     int64_t width) {
-  TORCH_CHECK_VALUE(position_logits.dim() == 3 && states.sizes() == position_logits.sizes() &&
+  TORCH_CHECK_VALUE(position_logits.dim() == 2 && states.sizes() == position_logits.sizes() &&
                         states.scalar_type() == at::kLong,
-                    "spot.expand_frontier: position_logits and states must be [b, w, B] (int64 states)");
-  TORCH_CHECK_VALUE(path_logprob.dim() == 2 && stale_topk_probs.dim() == 3,
-                    "spot.expand_frontier: path_logprob must be [b, w], stale_topk_probs [b, B, K]");
+                    "spot.expand_frontier: position_logits and states must be [F, B] (int64 states)");
+  TORCH_CHECK_VALUE(path_logprob.dim() == 1 && stale_topk_probs.dim() == 3 && rows.dim() == 1,
+                    "spot.expand_frontier: path_logprob must be [F], stale_topk_probs [b, B, K], rows [b]");
   TORCH_CHECK_VALUE(width >= 1, "spot.expand_frontier: width must be >= 1");
-  const int64_t b = states.size(0), w = states.size(1), block = states.size(2), n = w * branch;
+  const int64_t b = rows.size(0), frontier = states.size(0), block = states.size(1);
+  TORCH_CHECK_VALUE(b > 0 ? frontier % b == 0 : frontier == 0, "spot.expand_frontier: F must be b * w");
+  const int64_t w = b > 0 ? frontier / b : 0, n = w * branch;
   const at::Tensor node_row = at::arange(b, states.options()).repeat_interleave(w);
   auto [pos, logprob, tok] = select_children(
-      position_logits.reshape({b * w, block}), states.eq(mask_id).reshape({b * w, block}), path_logprob.reshape({-1}),
+      position_logits, states.eq(mask_id), path_logprob,
       stale_topk_probs.index_select(0, node_row), stale_topk_ids.index_select(0, node_row), seed,
       rows.index_select(0, node_row), block_start.index_select(0, node_row), steps.index_select(0, node_row),
       temperature, branch);
@@ -53,13 +55,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
       logprob.masked_fill(tok.lt(0), -std::numeric_limits<double>::infinity()).view({b, n});
   const at::Tensor j = at::arange(block, states.options());
   const at::Tensor child_states =
-      at::where(pos.unsqueeze(-1).eq(j), tok.clamp_min(0).unsqueeze(-1), states.reshape({b * w, 1, block}))
+      at::where(pos.unsqueeze(-1).eq(j), tok.clamp_min(0).unsqueeze(-1), states.unsqueeze(1))
           .view({b, n, block});
   const at::Tensor order =
       std::get<1>(child_logprob.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true)).slice(1, 0, width);
   const at::Tensor frontier_states = child_states.gather(1, order.unsqueeze(-1).expand({b, order.size(1), block}));
-  return {pos.view({b, n}), child_logprob, tok.view({b, n}), child_states, order, frontier_states,
-          child_logprob.gather(1, order)};
+  const int64_t kept = order.size(1);
+  return {pos.view({b, n}), child_logprob, tok.view({b, n}), child_states, order,
+          frontier_states.view({b * kept, block}), child_logprob.gather(1, order).view({b * kept})};
 }
 
 }  // namespace

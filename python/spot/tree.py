@@ -93,19 +93,18 @@ def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
     set is the pruned growth's."""
     b, B = root.shape
     node_rows = {}  # frontier width w -> [b * w] each frontier node's row (the drafter's node_row)
-    f_states, f_logprob = root[:, None], logprob  # the frontier [b, w, ...]: the root first
+    f_states, f_logprob = root, logprob.view(b)  # the frontier, flat [b * w, ...] row by row: the root first
+    w = 1
     # per depth, the children [b, w * branch, ...] (row by row: frontier slot, then child), and the frontier they
     # form ([b, W], each slot's index among that depth's children)
     states, logprobs, positions, tokens, frontiers = [], [], [], [], []
     for d in range(tree_depths(cfg.budget, B)):
-        w = f_states.shape[1]
         if w not in node_rows:
-            node_rows[w] = torch.arange(b, device=root.device).repeat_interleave(w)
+            node_rows[w] = torch.arange(b * w, device=root.device) // w  # fewer ops than repeat_interleave
         node_row = node_rows[w]
-        scores = drafter.position_logits(stale, (f_states == cfg.mask_id).view(b * w, B), node_row,
-                                         torch.full_like(node_row, d))
+        scores = drafter.position_logits(stale, f_states == cfg.mask_id, node_row, torch.full_like(node_row, d))
         out = spot_kernels.expand_frontier(
-            scores.view(b, w, B).to(f_logprob.dtype), f_states, f_logprob, stale.topk_probs, stale.topk_ids,
+            scores.to(f_logprob.dtype), f_states, f_logprob, stale.topk_probs, stale.topk_ids,
             cfg.seed, rows, stale.block_start, step + d, cfg.temperature, cfg.mask_id, cfg.branch,
             _frontier_width(cfg), backend=cfg.backend)
         states.append(out.child_states)
@@ -113,7 +112,7 @@ def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
         positions.append(out.child_pos)
         tokens.append(out.child_tokens)
         frontiers.append(out.frontier)
-        f_states, f_logprob = out.frontier_states, out.frontier_logprob
+        f_states, f_logprob, w = out.frontier_states, out.frontier_logprob, out.frontier.shape[1]
     return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, cfg.branch),
                       cfg.budget, True)
 
@@ -138,7 +137,7 @@ def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, 
     runs, start = [], 0
     for d in range(1, len(counts) + 1):
         if d == len(counts) or counts[d] != counts[start]:
-            runs.append(torch.arange(start + 1, d + 1, device=dev).repeat_interleave(counts[start]))
+            runs.append(torch.arange((d - start) * counts[start], device=dev) // counts[start] + (start + 1))
             start = d
     depth = torch.cat([zero, torch.cat(runs)[None].expand(b, -1)], 1)
     return (torch.cat([root[:, None]] + states, 1), torch.cat([logprob] + logprobs, 1), torch.cat([none, parents], 1),

@@ -28,8 +28,8 @@ class Expansion(NamedTuple):
     child_tokens: torch.Tensor  # [b, w * branch] int64
     child_states: torch.Tensor  # [b, w * branch, B] int64
     frontier: torch.Tensor  # [b, W] int64, W = min(width, w * branch)
-    frontier_states: torch.Tensor  # [b, W, B] int64
-    frontier_logprob: torch.Tensor  # [b, W]
+    frontier_states: torch.Tensor  # [b * W, B] int64 (flat, as the next call takes it)
+    frontier_logprob: torch.Tensor  # [b * W]
 
 
 def expand_frontier(
@@ -50,10 +50,12 @@ def expand_frontier(
 ) -> Expansion:
     """Expand the w frontier nodes of each of b rows into their children and pick the next frontier.
 
+    The frontier is flat, F = b * w nodes row by row (b = rows.shape[0]), as the drafter takes it.
+
     Args:
-        position_logits: [b, w, B] float32/float64, the drafter's logits of each frontier node (as select_children).
-        states: [b, w, B] int64, each frontier node's block state; its masked positions are those == mask_id.
-        path_logprob: [b, w], position_logits' dtype, each frontier node's path log-probability (-inf: no node).
+        position_logits: [F, B] float32/float64, the drafter's logits of each frontier node (as select_children).
+        states: [F, B] int64, each frontier node's block state; its masked positions are those == mask_id.
+        path_logprob: [F], position_logits' dtype, each frontier node's path log-probability (-inf: no node).
         stale_topk_probs: [b, B, K] float32/float64, per row (shared by the row's frontier nodes).
         stale_topk_ids: [b, B, K] int64, -1 for padding.
         seed: int in [0, 2^63).
@@ -69,7 +71,7 @@ def expand_frontier(
         [b, w * branch, B]: the frontier node's state with the child's token (clamped to >= 0) at its position, the
         node's own state where the child has no position; frontier [b, W], W = min(width, w * branch): the indices
         of each row's W most probable children, descending, ties to the lower index (a stable sort);
-        frontier_states [b, W, B] and frontier_logprob [b, W]: theirs).
+        frontier_states [b * W, B] and frontier_logprob [b * W]: theirs, flat: the next call's frontier).
     """
     return Expansion(*call("expand_frontier", position_logits, states, path_logprob, stale_topk_probs,
                            stale_topk_ids, seed, rows, block_start, steps, temperature, mask_id, branch, width,
@@ -79,23 +81,29 @@ def expand_frontier(
 def check(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows, block_start, steps,
           temperature, mask_id, branch, width, *, values: bool) -> torch.device:
     op = "expand_frontier"
-    checks.tensor(op, "position_logits", position_logits, checks.F32_64, ndim=3)
-    n_rows, w, block = position_logits.shape
+    checks.tensor(op, "position_logits", position_logits, checks.F32_64, ndim=2)
+    frontier, block = position_logits.shape
+    checks.tensor(op, "rows", rows, checks.I64, ndim=1)
+    n_rows = rows.shape[0]
+    if (frontier % n_rows if n_rows else frontier):
+        raise ValueError(f"spot.{op}: position_logits must hold w frontier nodes per row, F = b * w with b = "
+                         f"{n_rows} (rows.shape[0]), got F = {frontier}")
+    w = frontier // n_rows if n_rows else 0
     checks.tensor(op, "states", states, checks.I64)
-    checks.shape(op, "states", states, (n_rows, w, block), "position_logits.shape")
+    checks.shape(op, "states", states, (frontier, block), "position_logits.shape")
     checks.tensor(op, "path_logprob", path_logprob, (position_logits.dtype,))
-    checks.shape(op, "path_logprob", path_logprob, (n_rows, w), "[b, w] from position_logits")
+    checks.shape(op, "path_logprob", path_logprob, (frontier,), "[F] from position_logits")
     checks.tensor(op, "stale_topk_probs", stale_topk_probs, checks.F32_64, ndim=3)
     if tuple(stale_topk_probs.shape[:2]) != (n_rows, block):
         raise ValueError(
             f"spot.{op}: stale_topk_probs must have shape [b, B, K] = [{n_rows}, {block}, K] "
-            f"(b, B from position_logits), got {list(stale_topk_probs.shape)}"
+            f"(b from rows, B from position_logits), got {list(stale_topk_probs.shape)}"
         )
     checks.tensor(op, "stale_topk_ids", stale_topk_ids, checks.I64)
     checks.shape(op, "stale_topk_ids", stale_topk_ids, tuple(stale_topk_probs.shape), "stale_topk_probs.shape")
-    for name, t in (("rows", rows), ("block_start", block_start), ("steps", steps)):
+    for name, t in (("block_start", block_start), ("steps", steps)):
         checks.tensor(op, name, t, checks.I64)
-        checks.shape(op, name, t, (n_rows,), "[b] from position_logits")
+        checks.shape(op, name, t, (n_rows,), "[b] from rows")
     checks.seed(op, seed)
     checks.temperature(op, temperature)
     checks.integer(op, "mask_id", mask_id)
@@ -117,7 +125,9 @@ def fake(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids
          temperature, mask_id, branch, width, backend="auto"):
     check(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows, block_start, steps,
           temperature, mask_id, branch, width, values=False)
-    n_rows, w, block = position_logits.shape
+    frontier, block = position_logits.shape
+    n_rows = rows.shape[0]
+    w = frontier // n_rows if n_rows else 0
     n, kept = w * branch, min(width, w * branch)
     return (
         states.new_empty((n_rows, n)),
@@ -125,8 +135,8 @@ def fake(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids
         states.new_empty((n_rows, n)),
         states.new_empty((n_rows, n, block)),
         states.new_empty((n_rows, kept)),
-        states.new_empty((n_rows, kept, block)),
-        position_logits.new_empty((n_rows, kept)),
+        states.new_empty((n_rows * kept, block)),
+        position_logits.new_empty((n_rows * kept,)),
     )
 
 

@@ -26,22 +26,24 @@ def expand_frontier(
     width: int,
 ) -> tuple[torch.Tensor, ...]:
     """Reference for spot::expand_frontier. Arguments are validated by the router; see docs/ops.md."""
-    b, w, block = states.shape
+    b, (frontier, block) = rows.shape[0], states.shape
+    w = frontier // b if b else 0
     n = w * branch
     node_row = torch.arange(b, device=states.device).repeat_interleave(w)  # frontier node -> its row
     c_pos, c_logprob, c_tok = select_children(
-        position_logits.reshape(b * w, block), (states == mask_id).reshape(b * w, block), path_logprob.reshape(-1),
-        stale_topk_probs[node_row], stale_topk_ids[node_row], seed, rows[node_row], block_start[node_row],
-        steps[node_row], temperature, branch)
+        position_logits, states == mask_id, path_logprob, stale_topk_probs[node_row], stale_topk_ids[node_row], seed,
+        rows[node_row], block_start[node_row], steps[node_row], temperature, branch)
     c_logprob = torch.where(c_tok < 0, -math.inf, c_logprob).view(b, n)  # no token: no child
     # each child: its frontier node's state with one more commit (a child without a token is never kept, but the
     # target may read it as a padding slot: clamp_min keeps its token id valid)
     j = torch.arange(block, device=states.device)
-    c_states = torch.where(c_pos[..., None] == j, c_tok.clamp_min(0)[..., None], states.reshape(b * w, 1, block))
+    c_states = torch.where(c_pos[..., None] == j, c_tok.clamp_min(0)[..., None], states[:, None])
     c_states = c_states.view(b, n, block)
     order = torch.sort(c_logprob, dim=1, descending=True, stable=True).indices[:, :width]  # ties: the lower index
     f_states = c_states.gather(1, order[..., None].expand(b, order.shape[1], block))
-    return (c_pos.view(b, n), c_logprob, c_tok.view(b, n), c_states, order, f_states, c_logprob.gather(1, order))
+    kept = order.shape[1]
+    return (c_pos.view(b, n), c_logprob, c_tok.view(b, n), c_states, order, f_states.view(b * kept, block),
+            c_logprob.gather(1, order).view(b * kept))
 
 
 # The reference backend's implementations of this family (read by spot_kernels.backends).

@@ -72,7 +72,8 @@ def _expand_frontier_kernel(
 
 def expand_frontier(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows,
                     block_start, steps, temperature, mask_id, branch, width):
-    n_rows, w, block = states.shape
+    n_rows, (frontier, block) = rows.shape[0], states.shape
+    w = frontier // n_rows if n_rows else 0
     top = stale_topk_probs.shape[-1]
     n = w * branch
     kept = min(width, n)
@@ -81,10 +82,10 @@ def expand_frontier(position_logits, states, path_logprob, stale_topk_probs, sta
     child_logprob = torch.empty((n_rows, n), dtype=position_logits.dtype, **out)
     child_tokens = torch.empty((n_rows, n), dtype=torch.int64, **out)
     child_states = torch.empty((n_rows, n, block), dtype=torch.int64, **out)
-    frontier = torch.empty((n_rows, kept), dtype=torch.int64, **out)
-    frontier_states = torch.empty((n_rows, kept, block), dtype=torch.int64, **out)
-    frontier_logprob = torch.empty((n_rows, kept), dtype=position_logits.dtype, **out)
-    outputs = (child_pos, child_logprob, child_tokens, child_states, frontier, frontier_states, frontier_logprob)
+    next_frontier = torch.empty((n_rows, kept), dtype=torch.int64, **out)
+    frontier_states = torch.empty((n_rows * kept, block), dtype=torch.int64, **out)  # flat, as the next call takes it
+    frontier_logprob = torch.empty((n_rows * kept,), dtype=position_logits.dtype, **out)
+    outputs = (child_pos, child_logprob, child_tokens, child_states, next_frontier, frontier_states, frontier_logprob)
     if n_rows == 0 or w == 0:
         return outputs
     with on_device(states):

@@ -33,13 +33,17 @@ def make_args(seed, b=3, w=2, block=8, top=4, dtype=torch.float64, temperature=1
     ids = torch.randint(-1, 50, (b, block, top), generator=g)
     ids[0, :, :] = -1  # row 0: no stale token anywhere, so no child has a token
     rows, block_start, steps = torch.arange(b) + 2, torch.full((b,), 16), torch.arange(b) + 1
-    return [logits, states, path, probs, ids, 7, rows, block_start, steps, temperature, MASK, branch, width]
+    # the frontier flat, [b * w, ...] row by row, as the op takes it
+    return [logits.view(b * w, block), states.view(b * w, block), path.view(b * w), probs, ids, 7, rows, block_start,
+            steps, temperature, MASK, branch, width]
 
 
 def lists_oracle(args):
     """select_children on each node, then the children's states and the next frontier with Python lists."""
     logits, states, path, probs, ids, seed, rows, block_start, steps, temperature, mask_id, branch, width = args
-    b, w, block = states.shape
+    b, block = len(rows), states.shape[1]
+    w = len(states) // b
+    logits, states, path = logits.view(b, w, block), states.view(b, w, block), path.view(b, w)
     pos, lp, tok = [], [], []
     for r in range(b):
         sel = spot_kernels.select_children(
@@ -75,8 +79,8 @@ def test_reference_against_lists(temperature, dtype, branch, width):
     assert out.child_states.tolist() == child_states
     assert out.frontier.tolist() == frontier
     b = len(frontier)
-    assert out.frontier_logprob.tolist() == [[lp[r][c] for c in frontier[r]] for r in range(b)]
-    assert out.frontier_states.tolist() == [[child_states[r][c] for c in frontier[r]] for r in range(b)]
+    assert out.frontier_logprob.tolist() == [lp[r][c] for r in range(b) for c in frontier[r]]  # flat
+    assert out.frontier_states.tolist() == [child_states[r][c] for r in range(b) for c in frontier[r]]
     assert (out.child_logprob[0] == -math.inf).all()  # row 0 has no stale token: no child at all
     if temperature > 0:
         assert (out.child_tokens[1:] >= 0).any()  # the other rows do have children
@@ -122,7 +126,7 @@ def test_backend_expanded_stale_and_no_rows(backend):
         torch.testing.assert_close(x, y)
     empty = [a[:0] if isinstance(a, torch.Tensor) else a for a in make_args(6)]
     got = backend.run("expand_frontier", *backend.to(*empty))
-    assert got[3].shape == (0, 6, 8) and got[4].shape == (0, 4)  # child_states, frontier
+    assert got[3].shape == (0, 0, 8) and got[4].shape == (0, 0) and got[5].shape == (0, 8)  # no rows: w = 0
 
 
 def test_opcheck():
@@ -133,17 +137,19 @@ def test_opcheck():
 @pytest.mark.parametrize(
     "index,value,error,match",
     [
-        (0, torch.zeros(3, 2, 8, dtype=torch.float16), TypeError, "position_logits"),
-        (0, torch.zeros(6, 8, dtype=torch.float64), ValueError, "position_logits.*3 dimensions"),
-        (1, torch.zeros(3, 2, 8, dtype=torch.int32), TypeError, "states"),
-        (1, torch.zeros(3, 2, 7, dtype=I64), ValueError, "states.*shape"),
-        (2, torch.zeros(3, 2, dtype=torch.float32), TypeError, "path_logprob"),
-        (2, torch.zeros(3, 1, dtype=torch.float64), ValueError, "path_logprob.*shape"),
+        (0, torch.zeros(6, 8, dtype=torch.float16), TypeError, "position_logits"),
+        (0, torch.zeros(3, 2, 8, dtype=torch.float64), ValueError, "position_logits.*2 dimensions"),
+        (0, torch.zeros(5, 8, dtype=torch.float64), ValueError, "position_logits.*F = b \\* w"),
+        (1, torch.zeros(6, 8, dtype=torch.int32), TypeError, "states"),
+        (1, torch.zeros(6, 7, dtype=I64), ValueError, "states.*shape"),
+        (2, torch.zeros(6, dtype=torch.float32), TypeError, "path_logprob"),
+        (2, torch.zeros(3, dtype=torch.float64), ValueError, "path_logprob.*shape"),
         (3, torch.zeros(3, 7, 4, dtype=torch.float64), ValueError, "stale_topk_probs.*shape"),
         (4, torch.zeros(3, 8, 3, dtype=I64), ValueError, "stale_topk_ids.*shape"),
         (4, torch.full((3, 8, 4), -2, dtype=I64), ValueError, "stale_topk_ids.*>= -1"),
         (5, -1, ValueError, "seed"),
-        (6, torch.zeros(2, dtype=I64), ValueError, "rows.*shape"),
+        (6, torch.zeros(4, dtype=I64), ValueError, "F = b \\* w"),
+        (7, torch.zeros(2, dtype=I64), ValueError, "block_start.*shape"),
         (8, torch.full((3,), -1, dtype=I64), ValueError, "steps"),
         (9, -1.0, ValueError, "temperature"),
         (10, 1.5, TypeError, "mask_id"),
