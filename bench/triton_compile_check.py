@@ -28,7 +28,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from spot_kernels.triton import noise, order_logits, score, select_children, tree_attention, verify_tree  # noqa: E402
+from spot_kernels.triton import (expand_frontier, noise, order_logits, score, select_children,  # noqa: E402
+                                  tree_attention, verify_tree)
 
 
 def _source(fn, signature, constexprs, divisible=()):
@@ -88,12 +89,22 @@ def kernels():
                 **_i("ps_f", "ps_b", "ps_k", "is_f", "is_b", "is_k"),
                 "pos_out": "*i64", "lp_out": f"*{dtype}", "tok_out": "*i64"},
                dict(HAS_T=has_t, BLOCK_B=32, BLOCK_K=32), 1)
+    for dtype, has_t in (("fp32", True), ("fp64", True), ("fp32", False)):  # B 32, K 32, w 4 x branch 8
+        yield (f"expand_frontier {dtype} T{'>' if has_t else '='}0", expand_frontier._expand_frontier_kernel,
+               {"logits_ptr": f"*{dtype}", "states_ptr": "*i64", "path_ptr": f"*{dtype}", "probs_ptr": f"*{dtype}",
+                "ids_ptr": "*i64", "rows_ptr": "*i64", "bstart_ptr": "*i64", "steps_ptr": "*i64",
+                "seed_key": "i64", "temperature": "fp32", "mask_id": "i64", **_i("W", "B", "K", "k", "width"),
+                **_i("ps_r", "ps_b", "ps_k", "is_r", "is_b", "is_k"),
+                "pos_out": "*i64", "lp_out": f"*{dtype}", "tok_out": "*i64", "cstates_out": "*i64",
+                "front_out": "*i64", "fstates_out": "*i64", "flp_out": f"*{dtype}"},
+               dict(HAS_T=has_t, BLOCK_B=32, BLOCK_K=32, BLOCK_N=32), 1)
     for has_tok in (True, False):  # the shipped drafter's sizes: d_model 128, head_dim 16, d_ff 512, B 32
         yield (f"order_logits tokens={has_tok}", order_logits._order_logits_kernel,
                {"feat_ptr": "*fp32", "sm_ptr": "*u8", "tok_ptr": "*fp32", "row_ptr": "*i64", "nm_ptr": "*u8",
                 "depth_ptr": "*i64", "res_ptr": "*fp32", "w_ptr": "*fp32", "out_ptr": "*fp32",
                 **_i("B", "S", "D", "HD", "D_FF", "T", "N_HEADS", "N_LAYERS", "MAX_BLOCK", "MAX_DEPTH", "OFF_POS",
-                     "OFF_REL", "OFF_DEPTH", "OFF_TOK", "OFF_LAYERS", "LAYER_SIZE"), "scale": "fp32", "eps": "fp32"},
+                     "OFF_REL", "OFF_DEPTH", "OFF_TOK", "OFF_LAYERS", "LAYER_SIZE"), "scale": "fp32", "eps": "fp32",
+                **_i("rs_r", "rs_d"), "out_scale": "fp32"},
                dict(HAS_TOK=has_tok, HAS_RES=True, BLOCK_B=32, BLOCK_D=128, BLOCK_IN=128, BLOCK_HD=16, BLOCK_F=64,
                     BLOCK_T=32), 8)
     for n in (8, 64, 256):

@@ -11,6 +11,7 @@ from . import registry
 from .extension import HAS_C_EXTENSION
 from .backends import BackendUnavailable, available_backends
 from .ops import OPS
+from .ops.expand_frontier import Expansion, expand_frontier
 from .ops.noise import noise_uniform
 from .ops.order_logits import order_logits
 from .ops.score import CONFIDENCE_KINDS, ScoreOutput, score
@@ -31,10 +32,12 @@ __all__ = [
     "BackendUnavailable",
     "CONFIDENCE_KINDS",
     "ChildSelection",
+    "Expansion",
     "HAS_C_EXTENSION",
     "ScoreOutput",
     "VerifyOutput",
     "available_backends",
+    "expand_frontier",
     "noise_uniform",
     "order_logits",
     "score",

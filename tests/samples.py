@@ -17,6 +17,12 @@ def sample_args(op: str) -> tuple:
         return (torch.randn(2, 4, generator=g), torch.ones(2, 4, dtype=torch.bool), torch.zeros(2), probs,
                 torch.randint(0, 9, (2, 4, 3), generator=g), 1, torch.arange(2), torch.zeros(2, dtype=I64),
                 torch.tensor([1, 3]), 1.0, 2)
+    if op == "expand_frontier":  # 2 rows, 2 frontier nodes each, B 4, mask id 9
+        probs = torch.softmax(torch.randn(2, 4, 3, generator=g), -1)
+        states = torch.tensor([[9, 9, 1, 9], [9, 2, 9, 9], [9, 9, 9, 9], [3, 9, 9, 1]])  # flat [b * w, B]
+        return (torch.randn(4, 4, generator=g), states, torch.zeros(4), probs,
+                torch.randint(0, 9, (2, 4, 3), generator=g), 1, torch.arange(2), torch.zeros(2, dtype=I64),
+                torch.tensor([1, 3]), 1.0, 9, 2, 3)
     if op == "verify_tree":
         t = torch.tensor
         return (t([[-1, 0, 1]]), t([[0, 1, 2]]), t([[0, 10, 20]]), t([[1, 2, 3]]), t([[10, 20, 30]]),
@@ -33,7 +39,7 @@ def sample_args(op: str) -> tuple:
         return (torch.randn(2, 4, 5, generator=g), torch.rand(2, 4, generator=g) < 0.7,
                 torch.randn(2, 4, 3, generator=g), torch.tensor([1, 0, 1]), torch.rand(3, 4, generator=g) < 0.7,
                 torch.tensor([0, 1, 5]),
-                torch.rand(3, 4, generator=g), weights, 8, 1, 2, 8, 4, 2)
+                torch.rand(2, 4, generator=g), weights, 8, 1, 2, 8, 4, 2, 1.5)
     tree = (torch.tensor([0, 2]), 5, 2, 2, 3)
     if op == "tree_mask_additive":
         return tree + (torch.float32,)

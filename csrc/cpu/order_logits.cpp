@@ -42,7 +42,8 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
                             const std::optional<at::Tensor>& tokens, const at::Tensor& node_row,
                             const at::Tensor& node_masked, const at::Tensor& depth,
                             const std::optional<at::Tensor>& resampled, const at::Tensor& weights, int64_t d_model,
-                            int64_t n_layers, int64_t n_heads, int64_t d_ff, int64_t max_block, int64_t max_depth) {
+                            int64_t n_layers, int64_t n_heads, int64_t d_ff, int64_t max_block, int64_t max_depth,
+                            double scale) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;  // no autograd graph inside a kernel
   const int64_t n = node_masked.size(0);
   const int64_t block = node_masked.size(1);
@@ -63,7 +64,10 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
   std::vector<at::Tensor> cols = {masked_f.unsqueeze(-1), just_committed.to(at::kFloat).unsqueeze(-1),
                                   frac.unsqueeze(-1)};
   if (resampled.has_value()) {
-    const at::Tensor r = resampled->to(at::kFloat).nan_to_num(0.0).clamp(0, 1);
+    // per row [R, B], or per row and depth [R, D, B]: each node's [N, B]
+    const at::Tensor per_node = resampled->dim() == 2 ? resampled->index_select(0, node_row)
+                                                      : resampled->index({node_row, depth});
+    const at::Tensor r = per_node.to(at::kFloat).nan_to_num(0.0).clamp(0, 1);
     cols.push_back(r.unsqueeze(-1));
     cols.push_back(r.clamp_min(1e-6).log().unsqueeze(-1) / 14.0);
   }
@@ -97,7 +101,8 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
   const at::Tensor head_w = w.next({1, d_model}), head_b = w.next({1});
   TORCH_CHECK_VALUE(w.used() == weights.size(0), "spot.order_logits: weights hold more values than the layout needs");
   const at::Tensor logits = at::linear(at::layer_norm(x, {d_model}, norm_w, norm_b), head_w, head_b).squeeze(-1);
-  return logits.masked_fill(at::logical_not(node_masked), -std::numeric_limits<float>::infinity());
+  const at::Tensor out = logits.masked_fill(at::logical_not(node_masked), -std::numeric_limits<float>::infinity());
+  return scale == 1.0 ? out : out.mul(scale);
 }
 
 }  // namespace

@@ -271,16 +271,14 @@ class LearnedDrafter:
             self._stale = stale
             self._pack_weights()
         inputs = self._inputs
-        resampled = None
-        if self._resampled is not None:  # T = 0: per row [R, B]; T > 0: per row and depth [R, B, B]
-            resampled = self._resampled[node_row_d] if self._resampled.dim() == 2 else \
-                self._resampled[node_row_d, depth_d]
-        # the whole forward in one op (spot_kernels.order_logits: the same operations as OrderModel.forward_nodes)
+        # the whole forward in one op (spot_kernels.order_logits: the same operations as OrderModel.forward_nodes),
+        # reading the per-pass resampled inputs (T = 0: per row [R, B]; T > 0: per row and depth [R, B, B]) at each
+        # node's row and depth, the sharpness multiply folded in
         logits = spot_kernels.order_logits(
-            inputs.features, inputs.masked, inputs.tokens, node_row_d, node_masked.to(dev), depth_d, resampled,
+            inputs.features, inputs.masked, inputs.tokens, node_row_d, node_masked.to(dev), depth_d, self._resampled,
             self._weights, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth,
-            backend=self.backend)
-        return self._sharpened(logits, stale).to(node_masked.device)
+            float(self._sharpness_of(stale)), backend=self.backend)
+        return logits.to(node_masked.device)
 
     def _per_pass(self) -> bool:
         """Whether the per-pass path (stale inputs once per pass, the fused op per depth) computes what the model
@@ -308,8 +306,11 @@ class LearnedDrafter:
         """The factor applied when decoding at `temperature` (greedy at 0, sampling above)."""
         return self.sharpness["sampling" if temperature > 0 else "greedy"]
 
+    def _sharpness_of(self, stale: StaleFeatures) -> float:
+        return self.sharpness_at(stale.noise.temperature if stale.noise is not None else 0.0)
+
     def _sharpened(self, logits: torch.Tensor, stale: StaleFeatures) -> torch.Tensor:
-        factor = self.sharpness_at(stale.noise.temperature if stale.noise is not None else 0.0)
+        factor = self._sharpness_of(stale)
         return logits if factor == 1 else logits * factor
 
 

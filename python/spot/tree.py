@@ -86,52 +86,43 @@ def _frontier_width(cfg) -> int:
 
 
 def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
-    """grow_tree with fixed shapes and no host sync, in few dispatched ops per depth (per-pass code: counted in
+    """grow_tree with fixed shapes and no host sync: per depth, the drafter's op and one spot::expand_frontier (the
+    children, their states and the next frontier), a few ops around them (per-pass code: counted in
     docs/round.md). No pruning: a frontier node that could not have a kept child only gets children that are not
     kept either (they are no more probable than it and younger than the budget - 1 nodes it trails), so the kept
     set is the pruned growth's."""
     b, B = root.shape
-    dev, mask_id, branch, width = root.device, cfg.mask_id, cfg.branch, _frontier_width(cfg)
-    j = torch.arange(B, device=dev)
-    rows_of = _RowGather(stale, rows, step)
-    f_states, f_logprob = root, logprob.view(b)  # the frontier, flat [b * w, ...]: the root first
+    node_rows = {}  # frontier width w -> [b * w] each frontier node's row (the drafter's node_row)
+    f_states, f_logprob = root, logprob.view(b)  # the frontier, flat [b * w, ...] row by row: the root first
     w = 1
-    # per depth, the children [b * w, branch] (row-major: row, frontier slot, child), their path log-probabilities
-    # [b, w * branch], and the frontier it expanded ([b, w], each slot's index among the previous depth's children)
-    states, logprobs, positions, tokens, frontiers, widths = [], [], [], [], [], []
+    # per depth, the children [b, w * branch, ...] (row by row: frontier slot, then child), and the frontier they
+    # form ([b, W], each slot's index among that depth's children)
+    states, logprobs, positions, tokens, frontiers = [], [], [], [], []
     for d in range(tree_depths(cfg.budget, B)):
-        node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
-        node_masked = f_states == mask_id
-        scores = drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d))
-        c_pos, c_logprob, c_tok = spot_kernels.select_children(
-            scores.to(f_logprob.dtype), node_masked, f_logprob, topk_probs, topk_ids, cfg.seed, node_rows,
-            block_start, node_step + d, cfg.temperature, branch, backend=cfg.backend)
-        n_children = w * branch
-        c_logprob = c_logprob.masked_fill(c_tok < 0, float("-inf")).view(b, n_children)  # no token: no child
-        # each child: its frontier node's state with one more commit (a child without a token is never kept, but
-        # the target may read it as a padding slot: clamp_min keeps its token id valid)
-        c_states = torch.where(c_pos[..., None] == j, c_tok.clamp_min(0)[..., None], f_states[:, None])
-        states.append(c_states)
-        logprobs.append(c_logprob)
-        positions.append(c_pos)
-        tokens.append(c_tok)
-        widths.append(w)
-        # the next frontier: the `width` most probable children of each row (stable sort: ties to the lower index)
-        order = torch.sort(c_logprob, dim=1, descending=True, stable=True).indices[:, :width]
-        frontiers.append(order)
-        w = order.shape[1]
-        flat = (order + rows_of.base(n_children)).view(-1)
-        f_states, f_logprob = c_states.view(-1, B)[flat], c_logprob.view(-1)[flat]
-    return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch),
+        if w not in node_rows:
+            node_rows[w] = torch.arange(b * w, device=root.device) // w  # fewer ops than repeat_interleave
+        node_row = node_rows[w]
+        scores = drafter.position_logits(stale, f_states == cfg.mask_id, node_row, torch.full_like(node_row, d))
+        out = spot_kernels.expand_frontier(
+            scores.to(f_logprob.dtype), f_states, f_logprob, stale.topk_probs, stale.topk_ids,
+            cfg.seed, rows, stale.block_start, step + d, cfg.temperature, cfg.mask_id, cfg.branch,
+            _frontier_width(cfg), backend=cfg.backend)
+        states.append(out.child_states)
+        logprobs.append(out.child_logprob)
+        positions.append(out.child_pos)
+        tokens.append(out.child_tokens)
+        frontiers.append(out.frontier)
+        f_states, f_logprob, w = out.frontier_states, out.frontier_logprob, out.frontier.shape[1]
+    return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, cfg.branch),
                       cfg.budget, True)
 
 
-def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, widths, branch):
+def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, branch):
     """The pool of `_grow_static` in `_keep_best`'s layout [b, m, ...]: the root, then each depth's children (row
     by row: frontier slot, then child), with their parents' pool indices and their depths; a few ops per pass."""
     b, B = root.shape
     dev = root.device
-    counts = [w * branch for w in widths]  # children per row at each depth
+    counts = [x.shape[1] for x in logprobs]  # children per row at each depth
     none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
     zero = torch.zeros(b, 1, dtype=torch.long, device=dev)
     if not counts:
@@ -146,15 +137,11 @@ def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, 
     runs, start = [], 0
     for d in range(1, len(counts) + 1):
         if d == len(counts) or counts[d] != counts[start]:
-            runs.append(torch.arange(start + 1, d + 1, device=dev).repeat_interleave(counts[start]))
+            runs.append(torch.arange((d - start) * counts[start], device=dev) // counts[start] + (start + 1))
             start = d
     depth = torch.cat([zero, torch.cat(runs)[None].expand(b, -1)], 1)
-    return (torch.cat([root[:, None]] + [s.view(b, n, B) for s, n in zip(states, counts)], 1),
-            torch.cat([logprob] + logprobs, 1),
-            torch.cat([none, parents], 1),
-            torch.cat([none] + [x.view(b, n) for x, n in zip(positions, counts)], 1),
-            torch.cat([none] + [x.view(b, n) for x, n in zip(tokens, counts)], 1),
-            depth)
+    return (torch.cat([root[:, None]] + states, 1), torch.cat([logprob] + logprobs, 1), torch.cat([none, parents], 1),
+            torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth)
 
 
 def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree:

@@ -16,7 +16,7 @@ from ..opdef import OpDef, call
 
 SCHEMA = ('order_logits(Tensor features, Tensor stale_masked, Tensor? tokens, Tensor node_row, Tensor node_masked, '
           'Tensor depth, Tensor? resampled, Tensor weights, int d_model, int n_layers, int n_heads, int d_ff, '
-          'int max_block, int max_depth, str backend="auto") -> Tensor')
+          'int max_block, int max_depth, float scale=1., str backend="auto") -> Tensor')
 
 # The stale feature columns come first, then 3 node columns (masked now, committed along the draft path, the
 # fraction masked), then 2 with `resampled` (its clamped value and log).
@@ -57,7 +57,7 @@ def _numel(shape) -> int:
 def order_logits(features: torch.Tensor, stale_masked: torch.Tensor, tokens: torch.Tensor | None,
                  node_row: torch.Tensor, node_masked: torch.Tensor, depth: torch.Tensor,
                  resampled: torch.Tensor | None, weights: torch.Tensor, d_model: int, n_layers: int, n_heads: int,
-                 d_ff: int, max_block: int, max_depth: int, backend: str = "auto") -> torch.Tensor:
+                 d_ff: int, max_block: int, max_depth: int, scale: float = 1.0, backend: str = "auto") -> torch.Tensor:
     """The order drafter's logits of N draft nodes, each reading one row of a pass's stale inputs.
 
     Args:
@@ -67,21 +67,24 @@ def order_logits(features: torch.Tensor, stale_masked: torch.Tensor, tokens: tor
         node_row: [N] int64 in [0, R): the row node i reads.
         node_masked: [N, B] bool, the node's masked positions (the eligible ones).
         depth: [N] int64 >= 0, the node's tree depth (clamped to max_depth - 1).
-        resampled: [N, B] float32 (spot.order_model.resampled_confidence at each node's step) or None.
+        resampled: float32 spot.order_model.resampled_confidence, computed once per pass: [R, B] (the same at
+            every depth: node i reads row node_row[i]) or [R, D, B] (per depth: node i reads [node_row[i], depth[i]],
+            depth < D), or None.
         weights: [P] float32, contiguous, packed as `weight_layout(S + 3 (+ 2), d_model, ...)` lists.
         d_model, n_layers, n_heads (dividing d_model), d_ff, max_block (>= B), max_depth: the model's sizes, >= 1.
+        scale: finite, > 0: the logits are multiplied by it (a drafter's sharpness), 1 by default.
         backend: see spot_kernels.ops.
     Returns:
         [N, B] float32: per node, input projection + position / relative-position / depth (/ token) embeddings,
         n_layers pre-norm layers (bidirectional attention, GELU MLP), a final LayerNorm and the head; -inf where
-        node_masked is False. The same operations as OrderModel.forward_nodes.
+        node_masked is False; times scale. The same operations as OrderModel.forward_nodes.
     """
     return call("order_logits", features, stale_masked, tokens, node_row, node_masked, depth, resampled, weights,
-                d_model, n_layers, n_heads, d_ff, max_block, max_depth, backend)
+                d_model, n_layers, n_heads, d_ff, max_block, max_depth, scale, backend)
 
 
 def check(features, stale_masked, tokens, node_row, node_masked, depth, resampled, weights, d_model, n_layers,
-          n_heads, d_ff, max_block, max_depth, *, values: bool) -> torch.device:
+          n_heads, d_ff, max_block, max_depth, scale, *, values: bool) -> torch.device:
     op = "order_logits"
     checks.tensor(op, "features", features, (torch.float32,), ndim=3)
     n_rows, block, n_stale = features.shape
@@ -102,7 +105,11 @@ def check(features, stale_masked, tokens, node_row, node_masked, depth, resample
     checks.shape(op, "depth", depth, (n,), "[N] from node_row")
     if resampled is not None:
         checks.tensor(op, "resampled", resampled, (torch.float32,))
-        checks.shape(op, "resampled", resampled, (n, block), "[N, B] from node_masked")
+        if resampled.dim() == 3:
+            checks.shape(op, "resampled", resampled, (n_rows, resampled.shape[1], block),
+                         "[R, D, B] (R, B from features)")
+        else:
+            checks.shape(op, "resampled", resampled, (n_rows, block), "[R, B] or [R, D, B] (R, B from features)")
     d_model = checks.integer(op, "d_model", d_model, 1)
     n_layers = checks.integer(op, "n_layers", n_layers, 1)
     n_heads = checks.integer(op, "n_heads", n_heads, 1)
@@ -113,6 +120,8 @@ def check(features, stale_masked, tokens, node_row, node_masked, depth, resample
     if block > max_block:
         raise ValueError(f"spot.{op}: the block size B = {block} (features.shape[1]) exceeds max_block {max_block}")
     max_depth = checks.integer(op, "max_depth", max_depth, 1)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < float("inf"):
+        raise ValueError(f"spot.{op}: scale must be a finite float > 0, got {scale!r}")
     checks.tensor(op, "weights", weights, (torch.float32,), ndim=1)
     n_inputs = n_stale + NODE_COLUMNS + (RESAMPLED_COLUMNS if resampled is not None else 0)
     expected = weight_count(weight_layout(n_inputs, d_model, n_layers, d_ff, max_block, max_depth, token_dim))
@@ -131,13 +140,15 @@ def check(features, stale_masked, tokens, node_row, node_masked, depth, resample
     if values and checks.values_enabled(device):
         checks.in_range(op, "node_row", node_row, 0, n_rows, what="a row of features")
         checks.in_range(op, "depth", depth, 0, 1 << 62, what="a tree depth >= 0")
+        if resampled is not None and resampled.dim() == 3:
+            checks.in_range(op, "depth", depth, 0, resampled.shape[1], what="a depth of resampled [R, D, B]")
     return device
 
 
 def fake(features, stale_masked, tokens, node_row, node_masked, depth, resampled, weights, d_model, n_layers,
-         n_heads, d_ff, max_block, max_depth, backend="auto"):
+         n_heads, d_ff, max_block, max_depth, scale=1.0, backend="auto"):
     check(features, stale_masked, tokens, node_row, node_masked, depth, resampled, weights, d_model, n_layers,
-          n_heads, d_ff, max_block, max_depth, values=False)
+          n_heads, d_ff, max_block, max_depth, scale, values=False)
     return features.new_empty(node_masked.shape)
 
 

@@ -35,9 +35,12 @@ def node_columns(stale_masked, node_masked, resampled=None) -> torch.Tensor:
 
 
 def order_logits(features, stale_masked, tokens, node_row, node_masked, depth, resampled, weights, d_model: int,
-                 n_layers: int, n_heads: int, d_ff: int, max_block: int, max_depth: int) -> torch.Tensor:
-    """Reference for spot::order_logits: [N, B] float32, -inf where node_masked is False."""
+                 n_layers: int, n_heads: int, d_ff: int, max_block: int, max_depth: int,
+                 scale: float = 1.0) -> torch.Tensor:
+    """Reference for spot::order_logits: [N, B] float32, -inf where node_masked is False, times scale."""
     n, B = node_masked.shape
+    if resampled is not None:  # per row [R, B], or per row and depth [R, D, B]: each node's [N, B]
+        resampled = resampled[node_row] if resampled.dim() == 2 else resampled[node_row, depth]
     n_inputs = features.shape[2] + NODE_COLUMNS + (RESAMPLED_COLUMNS if resampled is not None else 0)
     token_dim = tokens.shape[2] if tokens is not None else 0
     w = unpack_weights(weights, weight_layout(n_inputs, d_model, n_layers, d_ff, max_block, max_depth, token_dim))
@@ -64,7 +67,8 @@ def order_logits(features, stale_masked, tokens, node_row, node_masked, depth, r
         x = x + F.linear(h, w[p + "ff.2.weight"], w[p + "ff.2.bias"])
     h = F.layer_norm(x, (d_model,), w["norm.weight"], w["norm.bias"])
     logits = F.linear(h, w["head.weight"], w["head.bias"]).squeeze(-1)
-    return logits.masked_fill(~node_masked, float("-inf"))
+    logits = logits.masked_fill(~node_masked, float("-inf"))
+    return logits if scale == 1 else logits * scale
 
 
 # The reference backend's implementations of this family (read by spot_kernels.backends).

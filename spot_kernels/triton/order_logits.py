@@ -42,7 +42,7 @@ def _layer_norm(x, w_ptr, c, c_ok, D, eps):
 def _order_logits_kernel(
     feat_ptr, sm_ptr, tok_ptr, row_ptr, nm_ptr, depth_ptr, res_ptr, w_ptr, out_ptr,
     B, S, D, HD, D_FF, T, N_HEADS, N_LAYERS, MAX_BLOCK, MAX_DEPTH,
-    OFF_POS, OFF_REL, OFF_DEPTH, OFF_TOK, OFF_LAYERS, LAYER_SIZE, scale, eps,
+    OFF_POS, OFF_REL, OFF_DEPTH, OFF_TOK, OFF_LAYERS, LAYER_SIZE, scale, eps, rs_r, rs_d, out_scale,
     HAS_TOK: tl.constexpr, HAS_RES: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_IN: tl.constexpr, BLOCK_HD: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
@@ -68,7 +68,8 @@ def _order_logits_kernel(
     feats = tl.where(i[None, :] == S + 1, (stale_m & ~node_m).to(tl.float32)[:, None], feats)
     feats = tl.where(i[None, :] == S + 2, frac, feats)
     if HAS_RES:
-        r = tl.load(res_ptr + n * B + j, mask=j_ok, other=0.0)
+        # per row (rs_d 0) or per row and depth: the node's row of the per-pass tensor
+        r = tl.load(res_ptr + row * rs_r + tl.load(depth_ptr + n) * rs_d + j, mask=j_ok, other=0.0)
         r = tl.minimum(tl.maximum(tl.where(r != r, 0.0, r), 0.0), 1.0)  # nan_to_num(0).clamp(0, 1)
         feats = tl.where(i[None, :] == S + 3, r[:, None], feats)
         feats = tl.where(i[None, :] == S + 4, (tl.log(tl.maximum(r, 1e-6)) / 14.0)[:, None], feats)
@@ -141,7 +142,7 @@ def _order_logits_kernel(
     h = _layer_norm(x, final, c, c_ok, D, eps)
     head_w = tl.load(final + 2 * D + c, mask=c_ok, other=0.0)
     logit = tl.sum(h * head_w[None, :], axis=1) + tl.load(final + 3 * D)
-    tl.store(out_ptr + n * B + j, tl.where(node_m, logit, NEG_INF), mask=j_ok)
+    tl.store(out_ptr + n * B + j, tl.where(node_m, logit, NEG_INF) * out_scale, mask=j_ok)
 
 
 def _offsets(layout) -> dict[str, int]:
@@ -154,7 +155,8 @@ def _offsets(layout) -> dict[str, int]:
 
 
 def order_logits(features, stale_masked, tokens, node_row, node_masked, depth, resampled, weights, d_model: int,
-                 n_layers: int, n_heads: int, d_ff: int, max_block: int, max_depth: int) -> torch.Tensor:
+                 n_layers: int, n_heads: int, d_ff: int, max_block: int, max_depth: int,
+                 scale: float = 1.0) -> torch.Tensor:
     n, block = node_masked.shape
     out = torch.empty((n, block), dtype=torch.float32, device=node_masked.device)
     if n == 0 or block == 0:
@@ -166,15 +168,20 @@ def order_logits(features, stale_masked, tokens, node_row, node_masked, depth, r
     layer_size = (at["layers.1.norm1.weight"] if n_layers > 1 else at["norm.weight"]) - at["layers.0.norm1.weight"]
     head_dim = d_model // n_heads
     placeholder = features  # an unread pointer for an absent optional input
+    if resampled is not None:
+        resampled = resampled.contiguous()
+        res_strides = (resampled.stride(0), resampled.stride(1) if resampled.dim() == 3 else 0)
+    else:
+        res_strides = (0, 0)
     with on_device(features):
         _order_logits_kernel[(n,)](
             features.contiguous(), stale_masked.contiguous(),
             tokens.contiguous() if tokens is not None else placeholder, node_row.contiguous(),
             node_masked.contiguous(), depth.contiguous(),
-            resampled.contiguous() if resampled is not None else placeholder, weights, out,
+            resampled if resampled is not None else placeholder, weights, out,
             block, n_stale, d_model, head_dim, d_ff, max(token_dim, 1), n_heads, n_layers, max_block, max_depth,
             at["pos.weight"], at["rel.weight"], at["depth.weight"], at.get("tok_proj.weight", 0),
-            at["layers.0.norm1.weight"], layer_size, 1.0 / math.sqrt(head_dim), _EPS,
+            at["layers.0.norm1.weight"], layer_size, 1.0 / math.sqrt(head_dim), _EPS, *res_strides, float(scale),
             HAS_TOK=tokens is not None, HAS_RES=resampled is not None, BLOCK_B=max(16, next_pow2(block)),
             BLOCK_D=max(16, next_pow2(d_model)), BLOCK_IN=max(16, next_pow2(n_inputs)),
             BLOCK_HD=max(16, next_pow2(head_dim)), BLOCK_F=min(64, max(16, next_pow2(d_ff))),

@@ -21,6 +21,53 @@ from ._common import (NEG_INF, POS_INF, mix32, next_pow2, on_device, precise_log
                       uniform_from_words)
 
 
+@triton.jit
+def node_children(logits, masked, j, inb, path, probs_ptr, ids_ptr, row, start, step, sk, K, k, ps_b, ps_k, is_b,
+                  is_k, out, pos_out, lp_out, tok_out, HAS_T: tl.constexpr, BLOCK_B: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+    """The k children of one frontier node, stored at out + c: its logits and masked flags loaded ([BLOCK_B], j the
+    positions, inb those < B), its path log-probability, its stale top-K (probs_ptr / ids_ptr at position 0 of the
+    node's row, read through the strides ps_b, ps_k / is_b, is_k), its noise row, block start and step."""
+    logits = tl.where(logits != logits, NEG_INF, logits)  # NaN counts as -inf
+    eligible = inb & masked & (logits > NEG_INF)
+    key = tl.where(eligible, logits, NEG_INF)
+
+    # log_softmax over eligible positions; with +inf logits, the limit (those positions share the mass)
+    n_inf = tl.sum((key == POS_INF).to(tl.int32), axis=0)
+    norm_key = tl.where(n_inf > 0, tl.where(key == POS_INF, 0.0, NEG_INF), key)
+    mx = tl.max(norm_key, axis=0)
+    shift = tl.where(mx == NEG_INF, 0.0, mx)
+    log_norm = shift + precise_log(tl.sum(tl.exp(norm_key - shift), axis=0))  # -inf when nothing is eligible
+
+    i = tl.arange(0, BLOCK_K)
+    in_k = i < K
+    avail = eligible
+    for c in range(0, k):
+        cur = tl.where(avail, key, NEG_INF)
+        has = tl.sum(avail.to(tl.int32), axis=0) > 0
+        best = tl.max(cur, axis=0)
+        p = tl.min(tl.where(avail & (cur == best), j, BLOCK_B), axis=0)
+        p = tl.where(has, p, 0)
+        logprob = path + (tl.max(tl.where(j == p, norm_key, NEG_INF), axis=0) - log_norm)
+        if HAS_T:
+            probs = tl.load(probs_ptr + p * ps_b + i * ps_k, mask=in_k & has, other=0.0)
+            ids = tl.load(ids_ptr + p * is_b + i * is_k, mask=in_k & has, other=-1)
+            ok = (ids >= 0) & (probs > 0)
+            word = mix32(row_key(sk, row, start + p, step) ^ ids.to(tl.uint32))
+            u = uniform_from_words(word).to(probs.dtype)
+            value = tl.where(ok, precise_log(tl.where(ok, probs, 1.0)) - precise_log(-precise_log(u)), NEG_INF)
+            _, arg = tl.max(value, axis=0, return_indices=True, return_indices_tie_break_left=True)
+            any_ok = tl.sum(ok.to(tl.int32), axis=0) > 0
+            token = tl.where(has & any_ok, tl.sum(tl.where(i == arg, ids, 0), axis=0), -1)
+        else:
+            top1 = tl.load(ids_ptr + p * is_b, mask=has & (K > 0), other=-1)
+            token = tl.where(has & (K > 0), top1, -1)
+        tl.store(pos_out + out + c, tl.where(has, p.to(tl.int64), -1))
+        tl.store(lp_out + out + c, tl.where(has, logprob, NEG_INF))
+        tl.store(tok_out + out + c, token.to(tl.int64))
+        avail = avail & (j != p)
+
+
 @triton.jit(do_not_specialize=["seed_key", "temperature"])
 def _select_children_kernel(
     logits_ptr, masked_ptr, path_ptr, probs_ptr, ids_ptr, rows_ptr, bstart_ptr, steps_ptr,
@@ -33,51 +80,10 @@ def _select_children_kernel(
     j = tl.arange(0, BLOCK_B)
     inb = j < B
     logits = tl.load(logits_ptr + f * B + j, mask=inb, other=NEG_INF)
-    logits = tl.where(logits != logits, NEG_INF, logits)  # NaN counts as -inf
     masked = tl.load(masked_ptr + f * B + j, mask=inb, other=0) != 0
-    eligible = inb & masked & (logits > NEG_INF)
-    key = tl.where(eligible, logits, NEG_INF)
-
-    # log_softmax over eligible positions; with +inf logits, the limit (those positions share the mass)
-    n_inf = tl.sum((key == POS_INF).to(tl.int32), axis=0)
-    norm_key = tl.where(n_inf > 0, tl.where(key == POS_INF, 0.0, NEG_INF), key)
-    mx = tl.max(norm_key, axis=0)
-    shift = tl.where(mx == NEG_INF, 0.0, mx)
-    log_norm = shift + precise_log(tl.sum(tl.exp(norm_key - shift), axis=0))  # -inf when nothing is eligible
-    path = tl.load(path_ptr + f)
-
-    row = tl.load(rows_ptr + f)
-    start = tl.load(bstart_ptr + f)
-    step = tl.load(steps_ptr + f)
-    sk = seed_key.to(tl.uint32)
-    i = tl.arange(0, BLOCK_K)
-    in_k = i < K
-
-    avail = eligible
-    for c in range(0, k):
-        cur = tl.where(avail, key, NEG_INF)
-        has = tl.sum(avail.to(tl.int32), axis=0) > 0
-        best = tl.max(cur, axis=0)
-        p = tl.min(tl.where(avail & (cur == best), j, BLOCK_B), axis=0)
-        p = tl.where(has, p, 0)
-        logprob = path + (tl.max(tl.where(j == p, norm_key, NEG_INF), axis=0) - log_norm)
-        if HAS_T:
-            probs = tl.load(probs_ptr + f * ps_f + p * ps_b + i * ps_k, mask=in_k & has, other=0.0)
-            ids = tl.load(ids_ptr + f * is_f + p * is_b + i * is_k, mask=in_k & has, other=-1)
-            ok = (ids >= 0) & (probs > 0)
-            word = mix32(row_key(sk, row, start + p, step) ^ ids.to(tl.uint32))
-            u = uniform_from_words(word).to(probs.dtype)
-            value = tl.where(ok, precise_log(tl.where(ok, probs, 1.0)) - precise_log(-precise_log(u)), NEG_INF)
-            _, arg = tl.max(value, axis=0, return_indices=True, return_indices_tie_break_left=True)
-            any_ok = tl.sum(ok.to(tl.int32), axis=0) > 0
-            token = tl.where(has & any_ok, tl.sum(tl.where(i == arg, ids, 0), axis=0), -1)
-        else:
-            top1 = tl.load(ids_ptr + f * is_f + p * is_b, mask=has & (K > 0), other=-1)
-            token = tl.where(has & (K > 0), top1, -1)
-        tl.store(pos_out + f * k + c, tl.where(has, p.to(tl.int64), -1))
-        tl.store(lp_out + f * k + c, tl.where(has, logprob, NEG_INF))
-        tl.store(tok_out + f * k + c, token.to(tl.int64))
-        avail = avail & (j != p)
+    node_children(logits, masked, j, inb, tl.load(path_ptr + f), probs_ptr + f * ps_f, ids_ptr + f * is_f,
+                  tl.load(rows_ptr + f), tl.load(bstart_ptr + f), tl.load(steps_ptr + f), seed_key.to(tl.uint32),
+                  K, k, ps_b, ps_k, is_b, is_k, f * k, pos_out, lp_out, tok_out, HAS_T, BLOCK_B, BLOCK_K)
 
 
 def select_children(position_logits, masked, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows,

@@ -60,9 +60,10 @@ def inputs(m: OrderModel, n: int, block: int, seed: int, rows: int = 3):
     node_masked = stale_m[node_row] & (torch.rand(n, block, generator=g) < 0.8)
     node_masked[n // 2] = False  # a node with no masked position: all -inf
     depth = torch.randint(0, 2 * cfg.max_depth, (n,), generator=g)  # past max_depth: the last embedding
-    resampled = torch.rand(n, block, generator=g) if cfg.resampled else None
+    # per row and depth, as a drafter computes them once per pass: node i reads [node_row[i], depth[i]]
+    resampled = torch.rand(rows, 2 * cfg.max_depth, block, generator=g) if cfg.resampled else None
     if resampled is not None:
-        resampled[0, 0] = float("nan")  # NaN reads as 0
+        resampled[node_row[0], depth[0], 0] = float("nan")  # NaN reads as 0
     return (st.features, st.masked, st.tokens, node_row, node_masked, depth, resampled, pack_order_weights(m),
             cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth), st
 
@@ -73,7 +74,8 @@ def test_the_reference_is_the_model_bit_for_bit(tokens, resampled, n):
     m = model(tokens, resampled)
     args, st = inputs(m, n, 32, seed=n)
     with torch.no_grad():
-        expected = m.forward_nodes(st, args[4], args[5], args[6], args[3])
+        per_node = args[6][args[3], args[5]] if resampled else None
+        expected = m.forward_nodes(st, args[4], args[5], per_node, args[3])
     assert torch.equal(spot_kernels.order_logits(*args, backend="reference"), expected)
 
 
@@ -107,10 +109,28 @@ def test_order_logits_of_the_shipped_drafter(backend):
         assert_logits_close(out.cpu(), ref.cpu())
 
 
+@pytest.mark.parametrize("backend", ["reference", "triton", "cpu"], indirect=True)
+def test_scale_and_per_row_resampled(backend):
+    """scale multiplies the logits (a drafter's sharpness); resampled [R, B] is read by row at every depth, the same
+    as [R, D, B] holding that row at each depth."""
+    m = model(True, True)
+    args, _ = inputs(m, 6, 16, seed=3)
+    args = list(backend.to(*args))
+    base = backend.run("order_logits", *args)
+    scaled = backend.run("order_logits", *args, 1.75)
+    assert torch.equal(scaled, base * 1.75)
+    per_row = args[6][:, 0]
+    args[6] = per_row
+    by_row = backend.run("order_logits", *args)
+    args[6] = per_row[:, None].expand(-1, 2 * m.cfg.max_depth, -1)
+    assert torch.equal(by_row, backend.run("order_logits", *args))
+    assert not torch.equal(by_row, base)  # the depth is read: another depth's values give other logits
+
+
 def test_no_nodes():
     m = model(True, True)
     args, _ = inputs(m, 3, 8, seed=1)
-    none = (args[0], args[1], args[2], args[3][:0], args[4][:0], args[5][:0], args[6][:0], *args[7:])
+    none = (args[0], args[1], args[2], args[3][:0], args[4][:0], args[5][:0], *args[6:])
     assert spot_kernels.order_logits(*none).shape == (0, 8)
 
 
@@ -133,6 +153,10 @@ def test_the_weight_layout_is_the_models_parameters():
     (lambda a: a.__setitem__(4, a[4][:, :3]), ValueError, "node_masked must have shape"),
     (lambda a: a.__setitem__(5, a[5] - 100), ValueError, "depth must lie in"),
     (lambda a: a.__setitem__(6, a[6][:1]), ValueError, "resampled must have shape"),
+    (lambda a: a.__setitem__(6, a[6][:, :, :3]), ValueError, "resampled must have shape"),
+    (lambda a: a.__setitem__(6, a[6][:, :1]), ValueError, "depth must lie in .*a depth of resampled"),
+    (lambda a: a.append(0.0), ValueError, "scale must be a finite float > 0"),
+    (lambda a: a.append(float("inf")), ValueError, "scale must be a finite float > 0"),
     (lambda a: a.__setitem__(10, 3), ValueError, "n_heads"),
     (lambda a: a.__setitem__(12, 4), ValueError, "exceeds max_block"),
 ])

@@ -51,7 +51,7 @@ def _private(op: str):
 
 # Families with no CUDA C++ kernel: on CUDA tensors "auto" takes their Triton kernel (backends._AUTO_ORDER).
 # order_logits: a small transformer forward per draft node, which the Triton kernel already runs one program per node.
-WITHOUT_CUDA_KERNEL = {"order_logits"}
+WITHOUT_CUDA_KERNEL = {"expand_frontier", "order_logits"}
 CUDA_OPS = [op for op in OPS if FAMILIES[op] not in WITHOUT_CUDA_KERNEL]  # the ops csrc/cuda/ has a kernel for
 
 
@@ -528,6 +528,9 @@ BAD_INPUT = [
     ("score", 7, "entropy", ValueError, "confidence must be one of"),
     ("score", 8, 0, ValueError, "top_k must lie in"),
     ("score", 2, -3, ValueError, "seed must lie in"),
+    ("expand_frontier", 0, torch.zeros(4, 4, dtype=torch.float16), TypeError, "position_logits must have dtype"),
+    ("expand_frontier", 1, torch.zeros(4, 5, dtype=I64), ValueError, "states must have shape"),
+    ("expand_frontier", 12, 0, ValueError, "width must lie in"),
     ("select_children", 0, torch.zeros(2, 4, dtype=torch.float16), TypeError, "position_logits must have dtype"),
     ("select_children", 0, torch.zeros(2, 4, 1), ValueError, "position_logits must have 2 dimensions"),
     ("select_children", 1, torch.ones(2, 5, dtype=torch.bool), ValueError, "masked must have shape"),

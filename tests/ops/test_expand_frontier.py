@@ -1,0 +1,164 @@
+"""spot::expand_frontier: one static tree depth (docs/ops.md, "Frontier expansion").
+
+The reference (the oracle) against select_children and the glue redone with Python lists, then every other backend
+against the reference, the errors, and opcheck."""
+
+import math
+
+import pytest
+import torch
+from torch.library import opcheck
+
+import spot_kernels
+
+from helpers import I64
+
+MASK = 99
+
+
+def make_args(seed, b=3, w=2, block=8, top=4, dtype=torch.float64, temperature=1.0, branch=3, width=4):
+    """Every argument, with -inf and tied logits, a -inf frontier node, a node without masked positions and
+    padded / zero stale entries."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(b, w, block, generator=g, dtype=dtype)
+    logits[0, 0, 2] = logits[0, 0, 3]  # a tie: the lower position first
+    logits[0, -1, 1] = -math.inf
+    states = torch.randint(0, 3, (b, w, block), generator=g)
+    states[states == 2] = MASK
+    states[-1, -1] = 5  # no masked position: no child
+    path = torch.randn(b, w, generator=g, dtype=dtype)
+    path[min(1, b - 1), -1] = -math.inf  # a frontier slot without a node
+    probs = torch.softmax(torch.randn(b, block, top, generator=g, dtype=dtype), -1)
+    probs[..., -1:] = 0  # probability 0: never a token
+    ids = torch.randint(-1, 50, (b, block, top), generator=g)
+    ids[0, :, :] = -1  # row 0: no stale token anywhere, so no child has a token
+    rows, block_start, steps = torch.arange(b) + 2, torch.full((b,), 16), torch.arange(b) + 1
+    # the frontier flat, [b * w, ...] row by row, as the op takes it
+    return [logits.view(b * w, block), states.view(b * w, block), path.view(b * w), probs, ids, 7, rows, block_start,
+            steps, temperature, MASK, branch, width]
+
+
+def lists_oracle(args):
+    """select_children on each node, then the children's states and the next frontier with Python lists."""
+    logits, states, path, probs, ids, seed, rows, block_start, steps, temperature, mask_id, branch, width = args
+    b, block = len(rows), states.shape[1]
+    w = len(states) // b
+    logits, states, path = logits.view(b, w, block), states.view(b, w, block), path.view(b, w)
+    pos, lp, tok = [], [], []
+    for r in range(b):
+        sel = spot_kernels.select_children(
+            logits[r], states[r] == mask_id, path[r], probs[r:r + 1].expand(w, -1, -1),
+            ids[r:r + 1].expand(w, -1, -1), seed, rows[r].expand(w), block_start[r].expand(w), steps[r].expand(w),
+            temperature, branch, backend="reference")
+        pos.append(sel.child_pos.flatten().tolist())
+        tok.append(sel.child_tokens.flatten().tolist())
+        lp.append([v if t >= 0 else -math.inf for v, t in zip(sel.child_logprob.flatten().tolist(), tok[-1])])
+    child_states = []
+    for r in range(b):
+        row = []
+        for c in range(w * branch):
+            s = states[r, c // branch].tolist()
+            if pos[r][c] >= 0:
+                s[pos[r][c]] = max(tok[r][c], 0)
+            row.append(s)
+        child_states.append(row)
+    frontier = [sorted(range(w * branch), key=lambda c: (-lp[r][c], c))[:width] for r in range(b)]
+    return pos, lp, tok, child_states, frontier
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("branch,width", [(3, 4), (9, 2), (1, 1), (2, 50)])  # branch 9 > B's masked positions
+def test_reference_against_lists(temperature, dtype, branch, width):
+    args = make_args(int(temperature * 10) + branch, dtype=dtype, temperature=temperature, branch=branch,
+                     width=width)
+    out = spot_kernels.expand_frontier(*args, backend="reference")
+    pos, lp, tok, child_states, frontier = lists_oracle(args)
+    assert out.child_pos.tolist() == pos and out.child_tokens.tolist() == tok
+    assert out.child_logprob.tolist() == lp
+    assert out.child_states.tolist() == child_states
+    assert out.frontier.tolist() == frontier
+    b = len(frontier)
+    assert out.frontier_logprob.tolist() == [lp[r][c] for r in range(b) for c in frontier[r]]  # flat
+    assert out.frontier_states.tolist() == [child_states[r][c] for r in range(b) for c in frontier[r]]
+    assert (out.child_logprob[0] == -math.inf).all()  # row 0 has no stale token: no child at all
+    if temperature > 0:
+        assert (out.child_tokens[1:] >= 0).any()  # the other rows do have children
+
+
+def test_ties_go_to_the_lower_index():
+    args = make_args(3, b=1, w=2, temperature=0.0, branch=2, width=3)
+    args[0] = torch.zeros_like(args[0])  # every logit equal
+    args[1][:] = MASK
+    args[2] = torch.zeros_like(args[2])  # both frontier nodes equally probable
+    args[4] = torch.randint(0, 50, args[4].shape)
+    out = spot_kernels.expand_frontier(*args, backend="reference")
+    assert out.frontier.tolist() == [[0, 1, 2]]
+    assert out.child_pos.tolist() == [[0, 1, 0, 1]]
+
+
+# ------------------------------------------------------------------------------- backends against the reference
+
+@pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_backend_matches_reference(backend, dtype, temperature):
+    for seed, (b, w, block, top, branch, width) in enumerate(
+            [(3, 2, 8, 4, 3, 4), (2, 4, 6, 3, 9, 2), (4, 1, 32, 8, 4, 4), (1, 3, 5, 0, 2, 1)]):
+        args = backend.to(*make_args(seed, b, w, block, top, dtype, temperature, branch, width))
+        got, want = backend.both("expand_frontier", *args)
+        for name, x, y in zip(spot_kernels.Expansion._fields, got, want):
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            if x.is_floating_point():
+                tol = 2e-6 if dtype == torch.float32 else 1e-12
+                torch.testing.assert_close(x, y, rtol=tol, atol=tol, msg=name)
+            else:
+                assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
+def test_backend_expanded_stale_and_no_rows(backend):
+    args = make_args(5)
+    args[3] = args[3][:1].expand_as(args[3])  # expanded views of the stale top-K
+    args[4] = args[4][1:2].expand_as(args[4])
+    got, want = backend.both("expand_frontier", *backend.to(*args))
+    for x, y in zip(got, want):
+        torch.testing.assert_close(x, y)
+    empty = [a[:0] if isinstance(a, torch.Tensor) else a for a in make_args(6)]
+    got = backend.run("expand_frontier", *backend.to(*empty))
+    assert got[3].shape == (0, 0, 8) and got[4].shape == (0, 0) and got[5].shape == (0, 8)  # no rows: w = 0
+
+
+def test_opcheck():
+    opcheck(torch.ops.spot.expand_frontier.default, tuple(make_args(8)), {"backend": "reference"})
+    opcheck(torch.ops.spot.expand_frontier.default, tuple(make_args(9, dtype=torch.float32, temperature=0.0)))
+
+
+@pytest.mark.parametrize(
+    "index,value,error,match",
+    [
+        (0, torch.zeros(6, 8, dtype=torch.float16), TypeError, "position_logits"),
+        (0, torch.zeros(3, 2, 8, dtype=torch.float64), ValueError, "position_logits.*2 dimensions"),
+        (0, torch.zeros(5, 8, dtype=torch.float64), ValueError, "position_logits.*F = b \\* w"),
+        (1, torch.zeros(6, 8, dtype=torch.int32), TypeError, "states"),
+        (1, torch.zeros(6, 7, dtype=I64), ValueError, "states.*shape"),
+        (2, torch.zeros(6, dtype=torch.float32), TypeError, "path_logprob"),
+        (2, torch.zeros(3, dtype=torch.float64), ValueError, "path_logprob.*shape"),
+        (3, torch.zeros(3, 7, 4, dtype=torch.float64), ValueError, "stale_topk_probs.*shape"),
+        (4, torch.zeros(3, 8, 3, dtype=I64), ValueError, "stale_topk_ids.*shape"),
+        (4, torch.full((3, 8, 4), -2, dtype=I64), ValueError, "stale_topk_ids.*>= -1"),
+        (5, -1, ValueError, "seed"),
+        (6, torch.zeros(4, dtype=I64), ValueError, "F = b \\* w"),
+        (7, torch.zeros(2, dtype=I64), ValueError, "block_start.*shape"),
+        (8, torch.full((3,), -1, dtype=I64), ValueError, "steps"),
+        (9, -1.0, ValueError, "temperature"),
+        (10, 1.5, TypeError, "mask_id"),
+        (11, 0, ValueError, "branch must lie"),
+        (12, 0, ValueError, "width must lie"),
+    ],
+)
+def test_bad_input(index, value, error, match):
+    args = make_args(11)
+    args[index] = value
+    with pytest.raises(error, match=match):
+        spot_kernels.expand_frontier(*args)
