@@ -15,6 +15,11 @@ import spot
 from spot.lab.bench import check_writable, write_json
 from spot.lab.dispatch_count import STAGES, DispatchCounter, format_per_pass
 
+# ops that only re-describe a tensor's memory: dispatched, but no kernel launch on a GPU
+VIEW_OPS = frozenset(f"aten.{name}" for name in ("view", "_unsafe_view", "unsqueeze", "squeeze", "expand", "slice",
+                                                 "select", "t", "permute", "transpose", "alias", "as_strided",
+                                                 "detach"))
+
 
 def count(target, drafter, prompts: list[list[int]], method: str, temperature: float, static: bool, budget: int = 16,
           block_size: int = 32, max_new_tokens: int = 64) -> dict:
@@ -24,7 +29,10 @@ def count(target, drafter, prompts: list[list[int]], method: str, temperature: f
     spot.generate(target, prompts, method, **kw)
     with DispatchCounter() as counter:
         out = spot.generate(target, prompts, method, **kw)
-    return {"passes": out.stats.target_passes, "per_pass": counter.per_pass(out.stats.target_passes),
+    passes = out.stats.target_passes
+    decoder = [s for s in STAGES if s != "target"]
+    views = sum(k for s in decoder for op, k in counter.by_op[s].items() if op.rsplit(".", 1)[0] in VIEW_OPS)
+    return {"passes": passes, "per_pass": counter.per_pass(passes), "decoder_views_per_pass": views / max(passes, 1),
             "top_ops": {s: counter.by_op[s].most_common(8) for s in STAGES}}
 
 
@@ -53,6 +61,7 @@ def main(argv=None) -> None:
                 report.append(r)
                 print(f"== {method} T={t} {'static' if static else 'cpu path'}: {r['passes']} passes")
                 print(format_per_pass(r["per_pass"]))
+                print(f"decoder views  {r['decoder_views_per_pass']:7.1f}   (of the decoder's ops: no kernel launch)")
     if args.json:
         write_json(report, args.json)
 
