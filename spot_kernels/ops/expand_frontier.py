@@ -14,6 +14,7 @@ import torch
 
 from .. import checks
 from ..opdef import OpDef, call
+from .select_children import check_child_token_values
 
 SCHEMA = ('expand_frontier(Tensor position_logits, Tensor states, Tensor path_logprob, Tensor stale_topk_probs, '
           'Tensor stale_topk_ids, int seed, Tensor rows, Tensor block_start, Tensor steps, float temperature, '
@@ -115,9 +116,7 @@ def check(position_logits, states, path_logprob, stale_topk_probs, stale_topk_id
                                 stale_topk_probs=stale_topk_probs, stale_topk_ids=stale_topk_ids, rows=rows,
                                 block_start=block_start, steps=steps)
     if values and checks.values_enabled(device):
-        checks.at_least(op, "stale_topk_ids", stale_topk_ids, -1, "token ids, -1 for padding")
-        checks.at_least(op, "steps", steps, 0, "commits already made inside the block")
-        checks.at_least(op, "block_start", block_start, 0, "an absolute position")
+        check_child_token_values(op, stale_topk_ids, steps, block_start)
     return device
 
 

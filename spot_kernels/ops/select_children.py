@@ -86,10 +86,16 @@ def check(position_logits, masked, path_logprob, stale_topk_probs, stale_topk_id
                                 stale_topk_probs=stale_topk_probs, stale_topk_ids=stale_topk_ids, rows=rows,
                                 block_start=block_start, steps=steps)
     if values and checks.values_enabled(device):
-        checks.at_least(op, "stale_topk_ids", stale_topk_ids, -1, "token ids, -1 for padding")
-        checks.at_least(op, "steps", steps, 0, "commits already made inside the block")
-        checks.at_least(op, "block_start", block_start, 0, "an absolute position")
+        check_child_token_values(op, stale_topk_ids, steps, block_start)
     return device
+
+
+def check_child_token_values(op: str, stale_topk_ids, steps, block_start) -> None:
+    """The values a drafted child's token is drawn from (its coupled-noise coordinates and the stale top-K ids),
+    checked alike by every op that drafts children (select_children, expand_frontier)."""
+    checks.at_least(op, "stale_topk_ids", stale_topk_ids, -1, "token ids, -1 for padding")
+    checks.at_least(op, "steps", steps, 0, "commits already made inside the block")
+    checks.at_least(op, "block_start", block_start, 0, "an absolute position")
 
 
 def fake(position_logits, masked, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows, block_start, steps,
