@@ -48,7 +48,7 @@ def dense_mask():
     def pass_(self, nodes, head):
         current["n"] = nodes.shape[1]
         if not any(len(p) for p in self.pending):  # before: a mask was built even when no token was appended
-            spot_kernels.tree_mask(self.key_start, prefix_len=self.cache.length, num_new=0, num_nodes=nodes.shape[1],
+            spot_kernels.tree_mask(self.key_start, prefix_len=self.cache.capacity, num_new=0, num_nodes=nodes.shape[1],
                                    block_size=nodes.shape[2])
         return real_pass(self, nodes, head)
 

@@ -1,4 +1,5 @@
-"""The static round captured in a CUDA graph: replay bit-identical to eager, microseconds per round (docs/round.md).
+"""The static round captured in a CUDA graph, alone and with the embedded target's forward inside: replay
+bit-identical to eager, microseconds per round (docs/round.md, "Capture").
 
     python bench/round_gpu.py --json round_gpu.json              # on a GPU (bench/gpu_check.sh runs it)
     python bench/round_gpu.py --device cpu --rows 2 --budgets 4  # a dry run of the same code, eager only
@@ -6,8 +7,10 @@
 Per (rows, budget) bucket at B = 32: the round's inputs come from real passes of the embedded target and the
 default drafter (a block's first pass, then its second pass's tree and logits), then `spot.round.draft` and
 `spot.round.settle` (the target's forward outside: its logits are an input buffer) run eagerly and, on CUDA,
-captured once in a torch.cuda.CUDAGraph and replayed. Checks every output of the replay equals eager's bit for
-bit; times both (median microseconds per round, the host included: CUDA events around back-to-back rounds).
+captured once in a torch.cuda.CUDAGraph and replayed. Then the whole pass, `draft` -> the embedded target's
+tensor work (`ModelSession.forward` over its KV cache, capturable kernels) -> `settle`, the same way: one graph
+per (rows, budget, B, cache capacity). Checks every output of each replay equals eager's bit for bit, and that
+the whole pass eagerly gives the round's outputs; times them (median microseconds per round, the host included).
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ import torch
 
 import spot
 from spot.lab.bench import check_writable, write_json
+from spot.model import Append, Kernels
 from spot.round import RoundConfig, draft, settle
+from spot.target import ModelSession
 
 
 def round_inputs(target, drafter, rows: int, budget: int, block_size: int, temperature: float):
-    """(cfg, block, step, noise rows, block_start, stale, logits): the state before a block's second pass and the
-    logits of that pass's static tree."""
+    """(cfg, block, step, noise rows, block_start, stale, logits, session): the state before a block's second pass,
+    the logits of that pass's static tree, and the session (capturable kernels) whose cache holds the prefix."""
     dev = target.device
     prompt = target.tokenizer.encode("def add(a, b):\n")
-    session = target.start([prompt] * rows, block_size, block_size)
+    session = ModelSession(target, [prompt] * rows, block_size, block_size, Kernels(target.kernels, capturable=True))
     cfg = RoundConfig(target.mask_id, 0, temperature, budget=budget, branch=spot.tree.tree_branch(drafter),
                       eos_id=None, static=True)
     noise_rows = torch.arange(rows, device=dev)
@@ -39,14 +44,40 @@ def round_inputs(target, drafter, rows: int, budget: int, block_size: int, tempe
     first = settle(cfg, tree, session.score(tree.states), block, step, noise_rows, session.block_start)
     tree = draft(cfg, drafter, first.block, first.step, noise_rows, first.stale)
     logits = session.score(tree.states)
-    return cfg, first.block, first.step, noise_rows, session.block_start, first.stale, logits
+    return cfg, first.block, first.step, noise_rows, session.block_start, first.stale, logits, session
+
+
+def _outputs(tree, out):
+    return (tree.states, tree.parents, out.block, out.step, out.accepted_pos, out.n_acc, out.stale.topk_probs,
+            out.stale.topk_ids, out.stale.confidence)
 
 
 def one_round(cfg, drafter, block, step, rows, block_start, stale, logits):
     tree = draft(cfg, drafter, block, step, rows, stale)
-    out = settle(cfg, tree, logits.clone(), block, step, rows, block_start)
-    return (tree.states, tree.parents, out.block, out.step, out.accepted_pos, out.n_acc, out.stale.topk_probs,
-            out.stale.topk_ids, out.stale.confidence)
+    return _outputs(tree, settle(cfg, tree, logits.clone(), block, step, rows, block_start))
+
+
+def whole_pass(cfg, drafter, session, block, step, rows, block_start, stale):
+    """The round with the embedded target's forward inside: a pass that appends nothing reads the cache only."""
+    tree = draft(cfg, drafter, block, step, rows, stale)
+    b, n, B = tree.states.shape
+    logits = session.forward(tree.states.reshape(b, n * B), Append(session.cache.capacity, 0), n, B, True)
+    return _outputs(tree, settle(cfg, tree, logits.view(b, n, B, -1), block, step, rows, block_start))
+
+
+def _capture(fn, run_again):
+    """fn() captured in a CUDA graph after a warm-up on a side stream (run_again() builds fresh inputs for it)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run_again()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph, outputs
 
 
 def _median_us(fn, device, repeats: int) -> float:
@@ -63,28 +94,32 @@ def _median_us(fn, device, repeats: int) -> float:
 
 
 def check_bucket(target, drafter, rows: int, budget: int, block_size: int, temperature: float, repeats: int) -> dict:
-    cfg, block, step, noise_rows, block_start, stale, logits = round_inputs(target, drafter, rows, budget,
-                                                                            block_size, temperature)
+    cfg, block, step, noise_rows, block_start, stale, logits, session = round_inputs(target, drafter, rows, budget,
+                                                                                     block_size, temperature)
     dev = block.device
     args = (cfg, drafter, block, step, noise_rows, block_start, stale, logits)
     eager = one_round(*args)
+
+    def whole(stale_now):  # a fresh StaleFeatures object: the drafter's per-pass inputs are computed again
+        return whole_pass(cfg, drafter, session, block, step, noise_rows, block_start, stale_now)
+
+    whole_eager = whole(dataclasses.replace(stale))
     entry = {"rows": rows, "budget": budget, "block_size": block_size, "temperature": temperature,
-             "eager_us": _median_us(lambda: one_round(*args), dev, repeats)}
+             "cache_capacity": session.cache.capacity,
+             "whole_pass_equals_round": all(torch.equal(a, b) for a, b in zip(whole_eager, eager)),
+             "eager_us": _median_us(lambda: one_round(*args), dev, repeats),
+             "whole_pass_eager_us": _median_us(lambda: whole(dataclasses.replace(stale)), dev, repeats)}
     if dev.type == "cuda":
-        # a fresh StaleFeatures object: the drafter's per-pass inputs are then computed inside the graph
         captured_stale = dataclasses.replace(stale)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            one_round(cfg, drafter, block, step, noise_rows, block_start, dataclasses.replace(stale), logits)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            outputs = one_round(cfg, drafter, block, step, noise_rows, block_start, captured_stale, logits)
-        graph.replay()
-        torch.cuda.synchronize()
+        graph, outputs = _capture(lambda: one_round(cfg, drafter, block, step, noise_rows, block_start,
+                                                    captured_stale, logits),
+                                  lambda: one_round(*args[:6], dataclasses.replace(stale), logits))
         entry["replay_bit_identical"] = all(torch.equal(a, b) for a, b in zip(outputs, eager))
         entry["replay_us"] = _median_us(graph.replay, dev, repeats)
+        captured_stale = dataclasses.replace(stale)
+        graph, outputs = _capture(lambda: whole(captured_stale), lambda: whole(dataclasses.replace(stale)))
+        entry["whole_pass_replay_bit_identical"] = all(torch.equal(a, b) for a, b in zip(outputs, whole_eager))
+        entry["whole_pass_replay_us"] = _median_us(graph.replay, dev, repeats)
     return entry
 
 
@@ -112,7 +147,8 @@ def main(argv=None) -> int:
                     report.append(entry)
     if a.json:
         write_json({"device": a.device, "buckets": report}, a.json)
-    return 0 if all(e.get("replay_bit_identical", True) for e in report) else 1
+    checks = ("whole_pass_equals_round", "replay_bit_identical", "whole_pass_replay_bit_identical")
+    return 0 if all(e.get(c, True) for e in report for c in checks) else 1
 
 
 if __name__ == "__main__":

@@ -15,9 +15,10 @@ the Triton `tree_attention`: the GPU path whose per-row results do not depend on
 PyTorch's may). The default, "torch", is the path above; its `backend` picks the spot_kernels backend of the tree
 attention.
 
-The KV cache (`KVCache`) owns its surgery: rows kept right-aligned, moved, added and dropped by its own methods,
-every decision made from host integers; a pass writes the slots `KVCache.right_align` handed it (`Append`), which
-the attention receives as an argument.
+The KV cache (`KVCache`) owns its surgery: rows kept right-aligned at the end of its buffer (so a pass's shapes
+follow the buffer's size, not the rows' lengths), moved, added and dropped by its own methods, every decision made
+from host integers; a pass writes the slots `KVCache.right_align` handed it (`Append`), which the attention
+receives as an argument.
 """
 
 from __future__ import annotations
@@ -93,10 +94,15 @@ class Kernels:
     tree_attention; the Triton path's attention is always "triton"). "auto" (default) or one of
     spot_kernels.backends.BACKENDS; "cpu", which has no tree-op kernels, covers them with the reference, as
     SPOT_BACKEND=cpu does, so that a whole decode can run under it.
+    capturable: every row's node tokens attend over the whole cache buffer, masked before the row's key_start,
+    so no host integer of the cache shapes the pass (what a GPU always does, and what a CUDA graph captures). On
+    a CPU the torch path otherwise slices each row's keys from its first real one, for float32 batch
+    invariance (docs/half_precision.md); True there runs the GPU's shapes, to trace them (docs/round.md).
     """
 
     path: str = "torch"
     backend: str = "auto"
+    capturable: bool = False
 
     def __post_init__(self):
         if self.path not in KERNELS:
@@ -202,15 +208,20 @@ class Append(NamedTuple):
 
 
 class KVCache:
-    """Per-layer keys/values [b, kv_heads, capacity, head_dim] of rows kept right-aligned: every row's keys end at
-    `length`, and row r's first real key is key_start[r] (left padding before it).
+    """Per-layer keys/values [b, kv_heads, capacity, head_dim] of rows right-aligned at the end of the buffer: every
+    row's keys end at slot `capacity`, row r's first real key is key_start[r] (left padding before it; the slots
+    before the longest row are free).
+
+    A pass therefore attends to the whole buffer and then its own tokens, `capacity + q` keys, whatever its rows
+    have cached: every pass that appends nothing has one shape for as long as the buffer keeps its size, which is
+    what a CUDA graph captures (docs/round.md, "Capture"). A pass that appends moves every row left by what it
+    appends, the room made at the front, so the buffer grows only when the longest row needs it: doubling, up to
+    `max_capacity`, so a session asked for many tokens holds memory for the tokens it has actually cached, not
+    for the ones it might. Rows that leave free their slots for the others.
 
     The cache owns its surgery: `right_align` makes room for a pass that appends a different number of tokens to
-    each row, `update` is one layer's read and write of a pass, `commit` ends the pass, `add_rows` / `keep_rows`
-    / `drop_shared_padding` change the rows. Every decision is made from host integers (`starts`, the counts
-    handed in), never from a device read. The buffers start at `capacity` positions and grow on demand
-    (`reserve`), doubling up to `max_capacity`, so a session asked for many tokens holds memory for the tokens it
-    has actually cached, not for the ones it might.
+    each row, `update` is one layer's read and write of a pass, `add_rows` / `keep_rows` change the rows. Every
+    decision is made from host integers (`starts`, the counts handed in), never from a device read.
     """
 
     def __init__(self, cfg: ModelConfig, batch: int, capacity: int, dtype: torch.dtype, device,
@@ -219,12 +230,13 @@ class KVCache:
         if not 0 <= capacity <= self.max_capacity:
             raise ValueError(f"cache: capacity {capacity} must lie in [0, max_capacity {self.max_capacity}]")
         self._shape = (batch, cfg.n_kv_heads, cfg.head_dim)
-        self.k = [self._empty(capacity, dtype, device) for _ in range(cfg.n_layers)]
-        self.v = [self._empty(capacity, dtype, device) for _ in range(cfg.n_layers)]
-        self.length = 0
+        # zeros, not empty: a pass reads every slot (the ones before key_start masked), and masked garbage could
+        # be a NaN that a kernel multiplies by its zero weight
+        self.k = [self._zeros(capacity, dtype, device) for _ in range(cfg.n_layers)]
+        self.v = [self._zeros(capacity, dtype, device) for _ in range(cfg.n_layers)]
         self.capacity = capacity
-        self.starts: list[int] = [0] * batch  # key_start on the host: what every decision reads
-        self.key_start = torch.zeros(batch, dtype=torch.long, device=device)  # what the pass's ops read
+        self.starts: list[int] = [capacity] * batch  # key_start on the host: what every decision reads
+        self.key_start = torch.full((batch,), capacity, dtype=torch.long, device=device)  # what the pass's ops read
 
     @property
     def batch(self) -> int:
@@ -234,45 +246,70 @@ class KVCache:
     def device(self) -> torch.device:
         return self.key_start.device
 
-    def _empty(self, capacity: int, dtype, device) -> torch.Tensor:
+    @property
+    def length(self) -> int:
+        """The slots the longest row holds (its keys): the rest of the buffer, at its front, is free."""
+        return self.capacity - min(self.starts, default=self.capacity)
+
+    @property
+    def row_lengths(self) -> torch.Tensor:
+        """int64 [b]: the keys each row holds (on the device)."""
+        return self.capacity - self.key_start
+
+    def _zeros(self, capacity: int, dtype, device) -> torch.Tensor:
         b, h, d = self._shape
-        return torch.empty((b, h, capacity, d), dtype=dtype, device=device)
+        return torch.zeros((b, h, capacity, d), dtype=dtype, device=device)
 
     def _set_starts(self, starts: list[int]) -> None:
         self.starts = list(starts)
         self.key_start = torch.tensor(self.starts, dtype=torch.long, device=self.device)
 
+    def hold(self, count: int) -> None:
+        """Take the last `count` slots of every row as its cached keys, whatever they hold (a synthetic prefix for
+        measurements, spot.lab.project)."""
+        if not 0 <= count <= self.capacity:
+            raise ValueError(f"cache: cannot hold {count} keys in a capacity of {self.capacity}")
+        self._set_starts([self.capacity - count] * self.batch)
+
     def reserve(self, needed: int) -> None:
-        """Make room for `needed` positions: at least double the capacity (amortised O(1) copying per token),
-        never beyond `max_capacity`. Only the `length` valid positions are copied."""
+        """Make room for the longest row to hold `needed` keys: at least double the capacity (amortised O(1)
+        copying per token), never beyond `max_capacity`. Only the `length` held slots are copied, to the end of
+        the new buffer."""
         if needed <= self.capacity:
             return
         if needed > self.max_capacity:
             raise RuntimeError(f"cache: {needed} positions exceed the session's maximum of {self.max_capacity}")
         capacity = min(self.max_capacity, max(needed, 2 * self.capacity))
+        used, grow = self.length, capacity - self.capacity
         for buffers in (self.k, self.v):
             for i, old in enumerate(buffers):  # one layer at a time: the peak is one extra layer, not a copy
-                new = self._empty(capacity, old.dtype, old.device)
-                new[:, :, :self.length] = old[:, :, :self.length]
+                new = self._zeros(capacity, old.dtype, old.device)
+                new[:, :, capacity - used:] = old[:, :, self.capacity - used:]
                 buffers[i] = new
         self.capacity = capacity
+        self._set_starts([s + grow for s in self.starts])
 
     def right_align(self, counts: list[int]) -> Append:
-        """Make room for a pass that appends counts[r] tokens to row r, each row's at the end: a row with fewer
-        than the most first moves its keys right by the difference, into new slots the pass must then keep
-        (`Append.held`). Padding every row shares is dropped first when the cache would otherwise grow, or once
-        it is 1/8 of the cache. Returns the slots the pass writes, for `update` and `commit`."""
+        """Make room for a pass that appends counts[r] tokens to row r, each row's at the end: every row moves
+        left by the most any row appends (into the free front slots, the buffer growing if there are too few),
+        then a row that appends fewer moves back right by the difference, into new slots the pass must then keep
+        (`Append.held`). Returns the slots the pass writes, for `update`."""
         if len(counts) != self.batch:
             raise ValueError(f"cache: counts for {len(counts)} rows, the cache has {self.batch}")
         num_new = max(counts, default=0)
-        common = min(self.starts, default=0)
-        if common and (self.length + num_new > self.capacity or common * 8 >= self.length):
-            self.drop_shared_padding()
+        if num_new == 0:
+            return Append(self.capacity, 0)
         self.reserve(self.length + num_new)
-        start, held_from, held_to = self.length, [], []
-        for r, (s, c) in enumerate(zip(self.starts, counts)):
+        start, used = self.capacity - num_new, self.length
+        if used:
+            for buffers in (self.k, self.v):
+                for t in buffers:
+                    t[:, :, start - used:start] = t[:, :, self.capacity - used:].clone()
+        starts = [s - num_new for s in self.starts]
+        held_from, held_to = [], []
+        for r, (s, c) in enumerate(zip(starts, counts)):
             shift = num_new - c
-            moves = shift > 0 and s < start  # a row with a cached prefix (not only padding) moves it
+            moves = shift > 0 and s < start  # a row with a cached prefix (not only padding) moves it back
             if moves:
                 for buffers in (self.k, self.v):
                     for t in buffers:
@@ -280,8 +317,7 @@ class KVCache:
             # the new slots its keys moved into, [max(start, s + shift), start + shift), keep them
             held_from.append(max(0, s + shift - start) if moves else 0)
             held_to.append(shift if moves else 0)
-        if any(c != num_new for c in counts):
-            self._set_starts([s + num_new - c for s, c in zip(self.starts, counts)])
+        self._set_starts([s + num_new - c for s, c in zip(starts, counts)])
         held = None
         if any(held_to):
             j = torch.arange(num_new, device=self.device)[None]
@@ -293,7 +329,8 @@ class KVCache:
                                                                                            torch.Tensor]:
         """One layer of a pass: k, v [b, kv_heads, q, head_dim] of its q tokens, whose first `append.count` enter
         the cache at `append.start` (held slots keep what they hold). Returns the keys and values the pass
-        attends to: the cached prefix, then the q tokens' own (a held slot's read from the cache)."""
+        attends to: the buffer up to its appended slots, then the q tokens' own (a held slot's read from the
+        cache): capacity + q - count keys."""
         start, n = append.start, append.count
         cached_k, cached_v = self.k[layer], self.v[layer]
         if append.held is not None:
@@ -305,27 +342,13 @@ class KVCache:
         keys = torch.cat((cached_k[:, :, :start].to(k.dtype), k), dim=2)
         values = torch.cat((cached_v[:, :, :start].to(v.dtype), v), dim=2)
         # Only the appended tokens enter the cache; node tokens are scored and dropped.
-        cached_k[:, :, start:start + n] = k[:, :, :n]
-        cached_v[:, :, start:start + n] = v[:, :, :n]
+        if n:
+            cached_k[:, :, start:start + n] = k[:, :, :n]
+            cached_v[:, :, start:start + n] = v[:, :, :n]
         return keys, values
 
-    def commit(self, append: Append) -> None:
-        """End a pass: its appended slots join every row's prefix."""
-        self.length = append.start + append.count
-
-    def drop_shared_padding(self) -> None:
-        """Left padding that every row has is dead space: discard it, so the cache holds the longest row only."""
-        count = min(self.starts, default=0)
-        if count <= 0:
-            return
-        for buffers in (self.k, self.v):
-            for t in buffers:
-                t[:, :, :self.length - count] = t[:, :, count:self.length].clone()
-        self.length -= count
-        self._set_starts([s - count for s in self.starts])
-
     def keep_rows(self, index: list[int]) -> None:
-        """Keep the rows `index` (in that order); the others leave the cache."""
+        """Keep the rows `index` (in that order); the others leave the cache (their slots are free again)."""
         at = torch.tensor(index, dtype=torch.long, device=self.device)
         for buffers in (self.k, self.v):
             for i, t in enumerate(buffers):
@@ -334,9 +357,8 @@ class KVCache:
         self._set_starts([self.starts[i] for i in index])
 
     def add_rows(self, count: int, max_capacity: int) -> None:
-        """Add `count` rows after the current ones, with no prefix: their keys will start where every row's
-        prefix ends (`length`); their slots read as zeros (finite padding). The buffers may now grow up to
-        `max_capacity` positions (at least the current capacity)."""
+        """Add `count` rows after the current ones, with no keys (their slots read as zeros: finite padding). The
+        buffers may now grow up to `max_capacity` positions (at least the current capacity)."""
         if max_capacity < self.capacity:
             raise ValueError(f"cache: max_capacity {max_capacity} is below the capacity {self.capacity}")
         self.max_capacity = max_capacity
@@ -344,7 +366,7 @@ class KVCache:
             for i, t in enumerate(buffers):
                 buffers[i] = torch.cat((t, t.new_zeros((count,) + tuple(t.shape[1:]))), 0)
         self._shape = (self._shape[0] + count,) + self._shape[1:]
-        self._set_starts(self.starts + [self.length] * count)
+        self._set_starts(self.starts + [self.capacity] * count)
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
@@ -374,7 +396,7 @@ class Attention(nn.Module):
         vh = linear(x, self.v_proj.weight, kernels).view(b, q, cfg.n_kv_heads, hd).transpose(1, 2)
         qh, kh = rotary(qh, rope), rotary(kh, rope)
         if cache is not None:
-            append = Append(cache.length, 0) if append is None else append
+            append = Append(cache.capacity, 0) if append is None else append
             keys, values = cache.update(layer, kh, vh, append)
         else:
             keys, values = kh, vh
@@ -399,7 +421,7 @@ class Attention(nn.Module):
         # On a CPU each row reads its keys from its first real one: vectorised reductions group a row's keys by
         # their index, so a row's float32 results would otherwise change with its left padding, i.e. with the
         # other rows of the batch and, under per-row progress, with the pass schedule (docs/half_precision.md).
-        own_rows = qh.device.type == "cpu" and not triton_path
+        own_rows = qh.device.type == "cpu" and not triton_path and not kernels.capturable
         starts = (tree.starts if tree.starts is not None else tree.key_start.tolist()) if own_rows else None
         parts = []
         if num_new:
@@ -495,13 +517,14 @@ class BlockDiffusionLM(nn.Module):
     def forward(self, input_ids, positions, mask, cache: KVCache | None = None, append: Append | None = None,
                 logits_from: int = 0, tree: TreeLayout | None = None, compute_dtype: torch.dtype | None = None,
                 kernels: Kernels = TORCH, head: bool = True):
-        """input_ids, positions [b, q]; mask bool [b, 1, q, cache.length + q] (True = attend).
+        """input_ids, positions [b, q]; mask bool [b, 1, q, keys] (True = attend), keys = q without a cache, else
+        cache.capacity + q - append.count (the whole buffer up to the appended slots, then the pass's tokens).
 
-        append: with a cache, the slots this pass writes (`KVCache.right_align`): its first `append.count`
-        tokens enter the cache (in the cache's dtype), which then holds them (`KVCache.commit`); None: none.
+        append: with a cache, the slots this pass writes (`KVCache.right_align`, which made room for them): its
+        first `append.count` tokens enter the cache (in the cache's dtype); None: none.
         tree: when the last q - append.count tokens are `tree.num_nodes` copies of a block (a verification pass),
         they attend through the shared-prefix tree attention instead of the dense mask (same result). Only the
-        mask block of the appended tokens over the prefix, [b, 1, count, cache.length + count], is then read, so
+        mask block of the appended tokens over the prefix, [b, 1, count, cache.capacity], is then read, so
         the caller may pass just that block (None when nothing is appended).
 
         Returns logits [b, q - logits_from, V] (the LM head skips the first `logits_from` tokens) in
@@ -515,13 +538,9 @@ class BlockDiffusionLM(nn.Module):
         x = self.embed(input_ids)
         if compute_dtype is not None:
             x = x.to(compute_dtype)
-        if cache is not None and append is not None:
-            cache.reserve(append.start + append.count)
         rope = self.rotary_tables(positions, x.dtype)
         for i, layer in enumerate(self.layers):
             x = layer(x, rope, mask, cache, i, append, tree, kernels)
-        if cache is not None and append is not None:
-            cache.commit(append)
         hidden = self.norm(x[:, logits_from:], kernels)
         return self.lm_head(hidden, kernels) if head else hidden
 

@@ -18,7 +18,7 @@ import torch
 import spot_kernels
 
 from .limits import KV_CACHE_LIMIT_GB, MEMORY_LIMIT_GB, kv_cache_limit_bytes, memory_limit_bytes  # noqa: F401
-from .model import KERNELS, BlockDiffusionLM, Kernels, KVCache, TreeLayout
+from .model import KERNELS, Append, BlockDiffusionLM, Kernels, KVCache, TreeLayout
 
 
 class Session(ABC):
@@ -208,8 +208,9 @@ class ModelTarget(Target):
 
 
 class ModelSession(Session):
-    """Rows are right-aligned in one KV cache (`KVCache`): every row's prefix ends at the cache's common length and
-    `key_start[row]` is its first real key (left padding before it). A pass appends each row's pending tokens (its
+    """Rows are right-aligned in one KV cache (`KVCache`): every row's prefix ends at the end of its buffer and
+    `key_start[row]` is its first real key (left padding before it), so a pass that appends nothing has the same
+    shapes as the last one until the buffer grows. A pass appends each row's pending tokens (its
     prompt, or the blocks it finished); the cache moves the prefix of a row with fewer pending tokens than the
     longest right by the difference (`KVCache.right_align`), so rows advance block by block at their own pace
     (`per_row`) and any row can leave (`release`) or join (`admit`) between passes. Positions count from each row's
@@ -268,13 +269,12 @@ class ModelSession(Session):
         """Keep only the rows `keep` (int64 indices, in order): the others leave the session and its passes."""
         index = keep.tolist()
         self.cache.keep_rows(index)
-        self.cache.drop_shared_padding()
         self.pending = [self.pending[i] for i in index]
         self.batch = len(index)
 
     @property
     def block_start(self) -> torch.Tensor:
-        start = self.cache.length - self.cache.key_start
+        start = self.cache.row_lengths
         counts = [len(p) for p in self.pending]
         # within a block nothing is pending: no host-to-device copy (a blocking one syncs a GPU stream)
         return start + torch.tensor(counts, dtype=torch.long, device=start.device) if any(counts) else start
@@ -297,11 +297,23 @@ class ModelSession(Session):
 
     @torch.no_grad()
     def _pass(self, nodes: torch.Tensor, head: bool) -> torch.Tensor:
-        """One pass: logits (head=True) or final-norm hidden states [b, n * B, ...] of the node tokens."""
+        """One pass: logits (head=True) or final-norm hidden states [b, n * B, ...] of the node tokens. The host's
+        part (the cache's room for the pending tokens, their ids, the counters) around `forward`, the tensors'."""
         b, n, B = nodes.shape
         if b != self.batch:
             raise ValueError(f"session: nodes for {b} rows, the session has {self.batch}")
         append = self.cache.right_align([len(p) for p in self.pending])
+        ids = torch.cat((self._pending_ids(append.count), nodes.reshape(b, n * B)), dim=1)
+        out = self.forward(ids, append, n, B, head)
+        self.pending = [p[:0] for p in self.pending]
+        self.passes += 1
+        return out
+
+    def forward(self, ids: torch.Tensor, append: Append, n: int, B: int, head: bool) -> torch.Tensor:
+        """The pass's tensor work: ids [b, append.count + n * B] (the pending tokens, then the nodes') through the
+        model over the cache, which `KVCache.right_align` has made room in (`append`). With capturable kernels
+        it reads no host integer but the bucket's (the cache's capacity, `append`'s start and count, n, B): a
+        pass that appends nothing has the same graph until the cache grows (docs/round.md, "Capture")."""
         num_new, key_start = append.count, self.cache.key_start
         shape = dict(prefix_len=append.start + num_new, num_new=num_new, num_nodes=n, block_size=B)
         backend = self.kernels.tree_backend
@@ -309,13 +321,10 @@ class ModelSession(Session):
         # tree_attention): build that block alone, none at all when nothing is appended.
         mask = spot_kernels.tree_mask(key_start, **{**shape, "num_nodes": 0}, backend=backend) if num_new else None
         positions = spot_kernels.tree_position_ids(key_start, **shape, backend=backend)
-        ids = torch.cat((self._pending_ids(num_new), nodes.reshape(b, n * B)), dim=1)
-        out = self.target.model(ids, positions, mask, self.cache, append, logits_from=num_new,
-                                tree=TreeLayout(key_start, n, B, tuple(self.cache.starts)),
-                                compute_dtype=self.compute_dtype, kernels=self.kernels, head=head)
-        self.pending = [p[:0] for p in self.pending]
-        self.passes += 1
-        return out
+        starts = None if self.kernels.capturable else tuple(self.cache.starts)  # the CPU's row slicing reads them
+        return self.target.model(ids, positions, mask, self.cache, append, logits_from=num_new,
+                                 tree=TreeLayout(key_start, n, B, starts), compute_dtype=self.compute_dtype,
+                                 kernels=self.kernels, head=head)
 
     def append(self, block: torch.Tensor, rows: torch.Tensor | None = None) -> None:
         rows = range(self.batch) if rows is None else rows.tolist()

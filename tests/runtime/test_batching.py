@@ -83,24 +83,29 @@ def test_finished_rows_leave_and_waiting_prompts_take_their_place(target):
 
 
 def test_the_cache_holds_the_longest_row_only(target):
-    """Rows leaving drop their keys; the padding every remaining row shares is dropped too."""
+    """Rows leaving free their slots, which the next appends reuse: the buffer grows only when the longest row
+    needs it, and every row's keys end at its end."""
     session = target.start(PROMPTS, 8, 4)
+    cache = session.cache
     nodes = torch.full((len(PROMPTS), 1, 4), target.mask_id, dtype=torch.long)
     session.score(nodes)
-    assert session.cache.length == max(map(len, PROMPTS))
+    capacity = cache.capacity
+    assert cache.length == max(map(len, PROMPTS))
+    assert cache.row_lengths.tolist() == [len(p) for p in PROMPTS]
+    assert cache.key_start.tolist() == [capacity - len(p) for p in PROMPTS]
     keep = torch.tensor([0, 3, 6])  # the 3-, 1- and 2-token prompts
     session.release(keep)
-    assert session.batch == 3 and session.cache.length == 3
-    assert session.key_start.tolist() == [0, 2, 1]
+    assert session.batch == 3 and cache.length == 3 and cache.row_lengths.tolist() == [3, 1, 2]
     assert session.block_start.tolist() == [3, 1, 2]
     session.append(torch.full((1, 4), 7, dtype=torch.long), rows=torch.tensor([1]))
     session.admit([[1, 2, 3, 4, 5]])
     assert session.block_start.tolist() == [3, 5, 2, 5]
     nodes = torch.full((4, 1, 4), target.mask_id, dtype=torch.long)
-    session.score(nodes)  # the joining 5-token prompt is appended: every other row's prefix moves right
-    assert session.cache.length == 8 and session.key_start.tolist() == [5, 3, 6, 3]
-    session.score(nodes)  # 3 of 8 slots are padding all rows share: dropped before the pass
-    assert session.cache.length == 5 and session.key_start.tolist() == [2, 0, 3, 0]
+    session.score(nodes)  # the joining 5-token prompt is appended: into the slots the leaving rows freed
+    assert cache.capacity == capacity and cache.length == 5 and cache.row_lengths.tolist() == [3, 5, 2, 5]
+    assert cache.key_start.tolist() == [capacity - n for n in (3, 5, 2, 5)]
+    session.score(nodes)  # nothing appended: nothing moves
+    assert cache.capacity == capacity and cache.row_lengths.tolist() == [3, 5, 2, 5]
     assert session.block_start.tolist() == [3, 5, 2, 5]
 
 

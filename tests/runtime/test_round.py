@@ -122,7 +122,9 @@ def test_the_round_compiles_with_inductor(target):
 
 
 def test_the_gpu_round_check_runs_dry_on_cpu(tmp_path):
-    """bench/round_gpu.py (bench/gpu_check.sh's capture check) runs its eager half on CPU, so it does not rot."""
+    """bench/round_gpu.py (bench/gpu_check.sh's capture check) runs its eager half on CPU, so it does not rot, and
+    the whole pass (the round with the embedded target's forward inside, what the GPU captures) gives the round's
+    outputs."""
     import importlib.util
     import json
     import os
@@ -137,6 +139,7 @@ def test_the_gpu_round_check_runs_dry_on_cpu(tmp_path):
                         "--json", str(out)]) == 0
     (entry,) = json.loads(out.read_text())["buckets"]
     assert entry["rows"] == 2 and entry["budget"] == 4 and entry["eager_us"] > 0
+    assert entry["whole_pass_equals_round"] is True and entry["whole_pass_eager_us"] > 0
 
 
 def test_bench_reports_the_decoders_ops_and_syncs_per_pass(target):

@@ -94,15 +94,20 @@ def test_float32_root_logits_do_not_depend_on_the_tree():
 
 
 def test_cache_grows_by_doubling_and_keeps_its_contents():
+    """The buffer grows only when the longest row needs it: at least doubling, up to the session's maximum, its
+    held keys copied to the end of the new buffer (rows stay right-aligned at the end)."""
     cache = KVCache(TINY, batch=1, capacity=4, dtype=torch.float64, device="cpu", max_capacity=100)
-    cache.k[0][:, :, :3] = 7.0
-    cache.length = 3
+    cache.k[0][:, :, 1:] = 7.0
+    cache.hold(3)
+    assert cache.length == 3 and cache.starts == [1]
     cache.reserve(4)
-    assert cache.capacity == 4  # room enough: nothing moves
+    assert cache.capacity == 4 and cache.starts == [1]  # room enough: nothing moves
     cache.reserve(5)
-    assert cache.capacity == 8 and cache.k[0].shape[2] == 8 and bool((cache.k[0][:, :, :3] == 7.0).all())
+    assert cache.capacity == 8 and cache.k[0].shape[2] == 8 and cache.starts == [5]
+    assert cache.k[0][0, 0, :, 0].tolist() == [0.0] * 5 + [7.0] * 3  # free slots are zeros, the keys at the end
+    assert cache.row_lengths.tolist() == [3]
     cache.reserve(60)
-    assert cache.capacity == 60
+    assert cache.capacity == 60 and cache.starts == [57]
     cache.reserve(100)
     assert cache.capacity == 100  # doubling stops at the session's maximum
     with pytest.raises(RuntimeError, match="maximum of 100"):
@@ -229,9 +234,10 @@ def test_generate_backend_reaches_the_target_pass(monkeypatch):
 
 
 def test_the_cache_right_aligns_rows_from_host_integers():
-    """KVCache.right_align for a pass appending 1 token to row 0 and 3 to row 1: row 0's keys move right by 2, into
-    two new slots the pass keeps (`Append.held`); row 1 (joined with no prefix) starts where its tokens will; the
-    decisions read host integers only. Padding every row shares is dropped, rows leave."""
+    """KVCache.right_align for a pass appending 1 token to row 0 and 3 to row 1: both rows move left by 3 (the most
+    any row appends), then row 0's keys move back right by 2, into two new slots the pass keeps (`Append.held`);
+    row 1 (joined with no keys) starts where its tokens will; the decisions read host integers only. Every row
+    ends at the end of the buffer, rows leave and free their slots."""
     from spot.model import Append
 
     def kv(values):  # [1 or 2 rows, kv heads, len(values), head_dim] holding `values` along the positions
@@ -240,29 +246,27 @@ def test_the_cache_right_aligns_rows_from_host_integers():
 
     cache = KVCache(TINY, batch=1, capacity=4, dtype=torch.float64, device="cpu", max_capacity=16)
     append = cache.right_align([3])
-    assert append == Append(0, 3, None)
+    assert append == Append(1, 3, None)
     for layer in range(TINY.n_layers):
         cache.update(layer, kv([1.0, 2.0, 3.0]), kv([1.0, 2.0, 3.0]), append)
-    cache.commit(append)
     cache.add_rows(1, max_capacity=16)
-    assert cache.length == 3 and cache.starts == [0, 3] and cache.key_start.tolist() == [0, 3]
-    append = cache.right_align([1, 3])
-    assert (append.start, append.count) == (3, 3) and cache.capacity >= 6
+    assert cache.length == 3 and cache.starts == [1, 4] and cache.key_start.tolist() == [1, 4]
+    append = cache.right_align([1, 3])  # 3 + 3 slots needed: the buffer doubles to 8, the keys at its end
+    assert cache.capacity == 8 and (append.start, append.count) == (5, 3)
     assert append.held.tolist() == [[True, True, False], [False, False, False]]
-    assert cache.starts == [2, 3] and cache.key_start.tolist() == [2, 3]
+    assert cache.starts == [4, 5] and cache.key_start.tolist() == [4, 5]
     for t in cache.k + cache.v:
-        assert t[0, 0, 2:5, 0].tolist() == [1.0, 2.0, 3.0]
+        assert t[0, 0, 4:7, 0].tolist() == [1.0, 2.0, 3.0]
     new = torch.full((2, TINY.n_kv_heads, 3, TINY.head_dim), -1.0, dtype=torch.float64)
     keys, _ = cache.update(0, new, new.clone(), append)
-    assert keys[0, 0, 2:, 0].tolist() == [1.0, 2.0, 3.0, -1.0]  # the held slots keep row 0's keys
-    assert keys[1, 0, 3:, 0].tolist() == [-1.0, -1.0, -1.0]
-    cache.commit(append)
-    # the next pass appends nothing: first the two slots of padding both rows have (1/8 of the cache) go
-    assert cache.length == 6 and cache.right_align([0, 0]) == Append(4, 0, None) and cache.starts == [0, 1]
+    assert keys.shape[2] == cache.capacity  # the whole buffer: a pass's shape does not follow the rows' lengths
+    assert keys[0, 0, 4:, 0].tolist() == [1.0, 2.0, 3.0, -1.0]  # the held slots keep row 0's keys
+    assert keys[1, 0, 5:, 0].tolist() == [-1.0, -1.0, -1.0]
+    assert cache.length == 4 and cache.row_lengths.tolist() == [4, 3]
+    assert cache.right_align([0, 0]) == Append(8, 0, None) and cache.starts == [4, 5]  # nothing moves
     cache.keep_rows([1])
-    cache.drop_shared_padding()
-    assert cache.length == 3 and cache.starts == [0] and cache.k[0].shape[0] == 1
-    assert cache.k[0][0, 0, :, 0].tolist()[:3] == [-1.0, -1.0, -1.0]
+    assert cache.length == 3 and cache.starts == [5] and cache.k[0].shape[0] == 1
+    assert cache.k[0][0, 0, 5:, 0].tolist() == [-1.0, -1.0, -1.0]
 
 
 class _Graphs:
@@ -283,9 +287,10 @@ class _Graphs:
 @pytest.mark.parametrize("method", ["standard", "spot"])
 def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
     """torch.compile(fullgraph=True) traces the embedded target's whole pass (KV-cache alignment, masks, positions,
-    tree attention, LM head) with no graph break, and decoding through it gives eager's tokens and passes. The
-    graph specialises on the cache's host integers (its length and row starts), so it is traced again when they
-    change (after a pass that appends), and reused by the passes within a block."""
+    tree attention, LM head) with no graph break, and decoding through it gives eager's tokens and passes. Its
+    host part and the CPU's per-row key slicing read the rows' starts, so the graph is traced again when they
+    change (after a pass that appends) and reused by the passes within a block (the capturable pass, below, is
+    not)."""
     import torch._dynamo
 
     from spot.order_model import LearnedDrafter
@@ -320,3 +325,51 @@ def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
     assert compiled.tokens == eager.tokens and torch.equal(compiled.orders, eager.orders)
     assert compiled.stats.target_passes == eager.stats.target_passes == graphs.calls
     assert 0 < graphs.graphs < graphs.calls  # passes within a block reuse their graph
+
+
+@pytest.mark.parametrize("method", ["standard", "spot"])
+def test_the_capturable_pass_keeps_one_graph_until_the_cache_grows(method):
+    """With `Kernels(capturable=True)` (the shapes a GPU runs) the embedded pass's tensor work
+    (`ModelSession.forward`), traced whole with fixed shapes (fullgraph, dynamic=False), is traced once per
+    bucket (rows, cache capacity, tokens appended, node slots): never again because a block ended or rows moved in the
+    cache, so a CUDA graph captured for a bucket stays valid across blocks. Decoding through the graphs gives eager's tokens and passes (float64: the same tokens as the CPU's
+    row-sliced path too)."""
+    import torch._dynamo
+
+    from spot.model import Kernels
+    from spot.order_model import LearnedDrafter
+    from spot.target import ModelSession, NodeLogits
+    from tiny import small_model
+
+    graphs, buckets = _Graphs(), set()
+
+    class CapturedSession(ModelSession):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self._forward = torch.compile(super().forward, fullgraph=True, dynamic=False, backend=graphs)
+
+        def forward(self, ids, append, n, B, head):
+            buckets.add((self.batch, self.cache.capacity, append.start, append.count, append.held is not None, n,
+                         head))
+            return self._forward(ids, append, n, B, head)
+
+    class CapturedTarget(type(sharp_target())):
+        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
+            return CapturedSession(self, prompts, max_new_tokens, block_size,
+                                   Kernels(self.kernels, backend, capturable=True))
+
+    eager_target = sharp_target()
+    captured_target = CapturedTarget(eager_target.model)
+    kw = dict(max_new_tokens=6 * B, block_size=B, temperature=0.0, tree=spot.TreeSettings(budget=4, static=True))
+    if method == "spot":
+        kw.update(drafter=LearnedDrafter(small_model()))
+    prompts = [[4, 5, 6], [7, 8, 9, 10, 11]]
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
+        eager = spot.generate(eager_target, prompts, method, **kw)
+        captured = spot.generate(captured_target, prompts, method, **kw)
+    assert captured.tokens == eager.tokens and torch.equal(captured.orders, eager.orders)
+    assert captured.stats.target_passes == eager.stats.target_passes == graphs.calls
+    assert graphs.graphs == len(buckets) < graphs.calls
+    # the six blocks outnumber the buckets of passes that append nothing: a graph outlives its block
+    assert len({b for b in buckets if b[3] == 0}) < 6

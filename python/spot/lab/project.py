@@ -418,7 +418,7 @@ def measure_pass_curve(shape: Shape, nodes=(1, 2, 4, 8, 16, 32, 64), block: int 
     cache = KVCache(cfg, batch, prefix, dtype, device)
     for t in cache.k + cache.v:
         t.normal_()
-    cache.length = prefix
+    cache.hold(prefix)
     key_start = torch.zeros(batch, dtype=torch.long, device=device)
     timer = timer or _median_ms
     points = []
