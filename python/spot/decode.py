@@ -21,7 +21,7 @@ from spot_kernels import CONFIDENCE_KINDS
 from . import limits
 from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, drafter_limits
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
-from .round import RoundConfig, compiled, draft, settle
+from .round import RoundConfig, RoundFunctions, compiled
 from .target import Target, warn_if_not_batch_invariant
 from .settings import Batching, TreeSettings
 
@@ -108,7 +108,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
         drafter = ConfidenceDrafter()
-    round_fns = (draft, settle) if tree.compile is None else compiled(tree.compile)
+    round_fns = RoundFunctions() if tree.compile is None else compiled(tree.compile, target.device.type == "cuda")
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
     if method == "standard" or tree.budget == 1:
         drafter = None
@@ -234,7 +234,7 @@ class _Slots:
 
 def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session, slots: _Slots,
               commit_orders: _CommitOrders, stats: DecodeStats, on_pass, all_rows: torch.Tensor,
-              round_fns=(draft, settle)) -> tuple[list, list]:
+              round_fns: RoundFunctions = RoundFunctions()) -> tuple[list, list]:
     """One target pass over every row: draft a tree from the row's stale features, score it, accept the longest
     chain that equals the target's own commits (spot.round); record the commit order in `commit_orders`. Returns,
     per row, whether its block is complete and whether it holds an end-of-sequence token: the pass's one host
@@ -246,17 +246,28 @@ def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session
     rows = all_rows[sequence]
     drafted = any(slots.has_stale)  # known on the host: no tree for a pass whose rows all start a block
     has_stale = torch.tensor(slots.has_stale, device=dev) if drafted and not all(slots.has_stale) else None
-    draft_fn, settle_fn = round_fns
-    tree = draft_fn(cfg, drafter if drafted else None, slots.block, slots.step, rows, slots.stale, has_stale)
-    block_start = session.block_start
-    t_target = time.perf_counter()
-    logits = session.score_lazily(tree.states)  # the LM head runs in the scorer, for the nodes it scores
-    warn_if_not_batch_invariant(target, logits.dtype)
-    if cfg.static:  # every node is scored: the LM head's projection is the target's, outside the round
-        logits = logits.full()
-    t_verify = time.perf_counter()
     need_stale = drafter is not None or on_pass is not None  # nothing reads them otherwise
-    out = settle_fn(cfg, tree, logits, slots.block, slots.step, rows, block_start, block_index, sequence, need_stale)
+    drafter_now = drafter if drafted else None
+    block_start = session.block_start
+    # a compiled round runs a pass that appends nothing whole, the target's forward inside its graph (one CUDA
+    # graph replay per pass on a GPU); its time is all counted as the target's
+    forward = session.capturable_pass() if round_fns.whole is not None else None
+    if forward is not None:
+        t_target = time.perf_counter()
+        tree, out = round_fns.whole(cfg, drafter_now, forward, slots.block, slots.step, rows, block_start,
+                                    slots.stale, has_stale, block_index, sequence, need_stale)
+        warn_if_not_batch_invariant(target, getattr(target, "compute_dtype", torch.float32))
+        t_verify = time.perf_counter()
+    else:
+        tree = round_fns.draft(cfg, drafter_now, slots.block, slots.step, rows, slots.stale, has_stale)
+        t_target = time.perf_counter()
+        logits = session.score_lazily(tree.states)  # the LM head runs in the scorer, for the nodes it scores
+        warn_if_not_batch_invariant(target, logits.dtype)
+        if cfg.static:  # every node is scored: the LM head's projection is the target's, outside the round
+            logits = logits.full()
+        t_verify = time.perf_counter()
+        out = round_fns.settle(cfg, tree, logits, slots.block, slots.step, rows, block_start, block_index, sequence,
+                               need_stale)
     commit_orders.record(sequence, block_index, slots.step, out.accepted_pos, out.n_acc)
     active = out.root_masked.any(1)
     complete = ~(out.block == cfg.mask_id).any(1)

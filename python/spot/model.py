@@ -119,6 +119,12 @@ class Kernels:
         """The backend of tree_mask / tree_position_ids."""
         return "reference" if self.backend == "cpu" else self.backend
 
+    def slices_rows(self, device: torch.device) -> bool:
+        """Whether the pass slices each row's keys from its first real one, reading the rows' starts on the host
+        (the torch path on a CPU, unless capturable): such a pass's graph follows the starts, not only the
+        shapes."""
+        return device.type == "cpu" and not self.triton and not self.capturable
+
     @property
     def attention_backend(self) -> str:
         """The backend of the node attention (`spot_kernels.tree_attention`)."""
@@ -421,7 +427,7 @@ class Attention(nn.Module):
         # On a CPU each row reads its keys from its first real one: vectorised reductions group a row's keys by
         # their index, so a row's float32 results would otherwise change with its left padding, i.e. with the
         # other rows of the batch and, under per-row progress, with the pass schedule (docs/half_precision.md).
-        own_rows = qh.device.type == "cpu" and not triton_path and not kernels.capturable
+        own_rows = kernels.slices_rows(qh.device)
         starts = (tree.starts if tree.starts is not None else tree.key_start.tolist()) if own_rows else None
         parts = []
         if num_new:

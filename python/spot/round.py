@@ -97,20 +97,37 @@ def settle(cfg: RoundConfig, tree: Tree, logits: NodeLogits | torch.Tensor, bloc
 
 
 def run_round(cfg: RoundConfig, drafter: Drafter | None, forward: Callable, block, step, rows, block_start,
-              stale: StaleFeatures | None, has_stale: torch.Tensor | None = None) -> tuple[Tree, Settled]:
+              stale: StaleFeatures | None, has_stale: torch.Tensor | None = None, block_index=0,
+              sequence: torch.Tensor | None = None, need_stale: bool = True) -> tuple[Tree, Settled]:
     """draft -> forward(tree.states [b, N, B]) -> settle: the whole round, for one target forward `forward`
     returning logits [b, N, B, V] (or NodeLogits). With cfg.static and a capturable forward (the embedded
-    target's), this is what CUDA graphs capture and torch.compile(fullgraph=True) traces."""
+    target's, `Session.capturable_pass`), this is what CUDA graphs capture and torch.compile(fullgraph=True)
+    traces whole (`compiled`)."""
     tree = draft(cfg, drafter, block, step, rows, stale, has_stale)
-    return tree, settle(cfg, tree, forward(tree.states), block, step, rows, block_start)
+    return tree, settle(cfg, tree, forward(tree.states), block, step, rows, block_start, block_index, sequence,
+                        need_stale)
 
 
-def compiled(backend: str = "inductor") -> tuple[Callable, Callable]:
-    """`draft` and `settle` through torch.compile(fullgraph=True, dynamic=False): one graph each, no break (a
-    break raises), recompiled per shape bucket (rows, node slots, block size) and configuration. For static
-    configurations only (`RoundConfig.static`). backend: a torch.compile backend ("inductor", "aot_eager", ...)."""
-    return (torch.compile(draft, fullgraph=True, dynamic=False, backend=backend),
-            torch.compile(settle, fullgraph=True, dynamic=False, backend=backend))
+class RoundFunctions(NamedTuple):
+    """What a decode loop calls: the round's two halves around a target forward it runs itself, and (compiled
+    only) the whole round with a capturable forward inside, `run_round`."""
+
+    draft: Callable = draft
+    settle: Callable = settle
+    whole: Callable | None = None
+
+
+def compiled(backend="inductor", cuda_graphs: bool = False) -> RoundFunctions:
+    """`draft`, `settle` and `run_round` through torch.compile(fullgraph=True, dynamic=False): one graph each, no
+    break (a break raises), recompiled per shape bucket (rows, node slots, block size, and for `run_round` the
+    embedded target's cache capacity) and configuration. For static configurations only (`RoundConfig.static`).
+    backend: a torch.compile backend ("inductor", "aot_eager", ... or a callable). cuda_graphs: with "inductor",
+    the whole round is compiled with mode="reduce-overhead", which captures each bucket in a CUDA graph and replays
+    it (for CUDA tensors)."""
+    mode = "reduce-overhead" if cuda_graphs and backend == "inductor" else None
+    return RoundFunctions(torch.compile(draft, fullgraph=True, dynamic=False, backend=backend),
+                          torch.compile(settle, fullgraph=True, dynamic=False, backend=backend),
+                          torch.compile(run_round, fullgraph=True, dynamic=False, backend=backend, mode=mode))
 
 
 def _without_mask_token(logits: torch.Tensor, mask_id: int) -> torch.Tensor:

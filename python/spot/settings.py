@@ -22,8 +22,10 @@ class TreeSettings:
     `compile` is set) or let the host trim trees and stop their growth early (the CPU default, which saves drafter
     and target work there); the trees and tokens are the same either way.
     compile: a torch.compile backend ("inductor", "aot_eager", ..., or a backend callable) that runs the static
-    round's two halves compiled whole (spot.round.compiled); a compiled round is a static one. None: eager
-    (docs/round.md says why on CPU).
+    round compiled (spot.round.compiled): a pass whose target forward is capturable (the embedded target's on a
+    GPU, `Session.capturable_pass`) as one graph with that forward inside, on CUDA with "inductor" captured in a
+    CUDA graph per bucket (mode="reduce-overhead"); other passes as the round's two halves around the target's
+    forward. A compiled round is a static one. None: eager (docs/round.md says why on CPU).
     score_all_nodes: score every tree node in one call (None: on accelerators) or only the chain verification can
     reach (the CPU default, where each scored row costs time); the tokens are the same either way.
     """

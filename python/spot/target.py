@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 from abc import ABC, abstractmethod
+from typing import Callable
 
 import torch
 
@@ -46,6 +47,13 @@ class Session(ABC):
         default computes every node's logits; a target whose LM head is a sizeable part of a pass overrides it
         (`ModelSession` projects only the nodes asked for, bit-identical to `score`'s logits for them)."""
         return NodeLogits(self.score(nodes))
+
+    def capturable_pass(self) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """This pass as a function of its node tokens alone, nodes int64 [batch, N, B] -> logits [batch, N, B, V],
+        that a compiled or CUDA-graph-captured round may call inside its graph (docs/round.md, "Capture"), or None
+        when the pass has host work (the default: a target whose forward stays outside the graph). Returning it
+        counts the pass."""
+        return None
 
     # True when rows may advance at their own pace: `append(block, rows)` for some rows only, `release(keep)` and
     # `admit(prompts)` between passes (ModelSession). Otherwise `generate` keeps the rows in lock-step.
@@ -287,6 +295,19 @@ class ModelSession(Session):
         b, n, B = nodes.shape
         return _ProjectedLogits(self._pass(nodes, head=False).view(b, n, B, -1), self.target.model, self.kernels)
 
+    def capturable_pass(self):
+        """`forward` for a pass that appends nothing, or None: when a row has pending tokens (their append moves
+        rows in the cache, host work), or when the kernels slice rows by their host starts (the CPU's default,
+        `Kernels.slices_rows`). Counts the pass."""
+        if any(len(p) for p in self.pending) or self.kernels.slices_rows(self.cache.device):
+            return None
+        self.passes += 1
+        return self._forward_nodes
+
+    def _forward_nodes(self, nodes: torch.Tensor) -> torch.Tensor:
+        b, n, B = nodes.shape
+        return self.forward(nodes.reshape(b, n * B), Append(self.cache.capacity, 0), n, B, True).view(b, n, B, -1)
+
     def _pending_ids(self, num_new: int) -> torch.Tensor:
         """The pending tokens [b, num_new], each row's at the end (left-padded with pad_id)."""
         ids = torch.full((self.batch, num_new), self.target.pad_id, dtype=torch.long, device=self.cache.device)
@@ -321,7 +342,7 @@ class ModelSession(Session):
         # tree_attention): build that block alone, none at all when nothing is appended.
         mask = spot_kernels.tree_mask(key_start, **{**shape, "num_nodes": 0}, backend=backend) if num_new else None
         positions = spot_kernels.tree_position_ids(key_start, **shape, backend=backend)
-        starts = None if self.kernels.capturable else tuple(self.cache.starts)  # the CPU's row slicing reads them
+        starts = tuple(self.cache.starts) if self.kernels.slices_rows(self.cache.device) else None
         return self.target.model(ids, positions, mask, self.cache, append, logits_from=num_new,
                                  tree=TreeLayout(key_start, n, B, starts), compute_dtype=self.compute_dtype,
                                  kernels=self.kernels, head=head)

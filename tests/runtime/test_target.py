@@ -330,15 +330,15 @@ def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
 @pytest.mark.parametrize("method", ["standard", "spot"])
 def test_the_capturable_pass_keeps_one_graph_until_the_cache_grows(method):
     """With `Kernels(capturable=True)` (the shapes a GPU runs) the embedded pass's tensor work
-    (`ModelSession.forward`), traced whole with fixed shapes (fullgraph, dynamic=False), is traced once per
-    bucket (rows, cache capacity, tokens appended, node slots): never again because a block ended or rows moved in the
-    cache, so a CUDA graph captured for a bucket stays valid across blocks. Decoding through the graphs gives eager's tokens and passes (float64: the same tokens as the CPU's
-    row-sliced path too)."""
+    (`ModelSession.forward`), traced whole with fixed shapes (fullgraph, dynamic=False), is traced once per bucket
+    (rows, cache capacity, tokens appended, node slots): never again because a block ended or rows moved in the
+    cache, so a CUDA graph captured for a bucket stays valid across blocks. Decoding through the graphs gives
+    eager's tokens and passes (float64: the same tokens as the CPU's row-sliced path too)."""
     import torch._dynamo
 
     from spot.model import Kernels
     from spot.order_model import LearnedDrafter
-    from spot.target import ModelSession, NodeLogits
+    from spot.target import ModelSession
     from tiny import small_model
 
     graphs, buckets = _Graphs(), set()
@@ -373,3 +373,62 @@ def test_the_capturable_pass_keeps_one_graph_until_the_cache_grows(method):
     assert graphs.graphs == len(buckets) < graphs.calls
     # the six blocks outnumber the buckets of passes that append nothing: a graph outlives its block
     assert len({b for b in buckets if b[3] == 0}) < 6
+
+
+class _WholePassGraphs(_Graphs):
+    """_Graphs that also counts the graphs holding a target forward (a tree attention): the whole round's."""
+
+    def __init__(self):
+        super().__init__()
+        self.whole = 0
+
+    def __call__(self, gm, example_inputs):
+        if any(node.target in (torch.ops.spot.tree_attention, torch.ops.spot.tree_attention.default)
+               for node in gm.graph.nodes):
+            self.whole += 1
+        return super().__call__(gm, example_inputs)
+
+
+@pytest.mark.parametrize("method", ["standard", "spot"])
+def test_a_compiled_round_runs_the_embedded_forward_inside_its_graph(method):
+    """generate with a compiled round (`TreeSettings(compile=...)`) and a session whose pass is capturable runs
+    every pass that appends nothing as one graph, draft -> the embedded forward -> settle (`round.run_round`):
+    what a GPU captures and replays (on CUDA with "inductor": mode="reduce-overhead", CUDA graphs). The tokens and
+    passes are eager's, and the whole-round graphs are fewer than the blocks: they outlive their block."""
+    import torch._dynamo
+
+    from spot.model import Kernels
+    from spot.order_model import LearnedDrafter
+    from spot.target import ModelSession
+    from tiny import small_model
+
+    whole_calls = []
+
+    class CapturableSession(ModelSession):
+        def capturable_pass(self):
+            forward = super().capturable_pass()
+            whole_calls.append(forward is not None)
+            return forward
+
+    class CapturableTarget(type(sharp_target())):
+        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
+            return CapturableSession(self, prompts, max_new_tokens, block_size,
+                                     Kernels(self.kernels, backend, capturable=True))
+
+    eager_target = sharp_target()
+    blocks = 6
+    kw = dict(max_new_tokens=blocks * B, block_size=B, temperature=0.7)
+    if method == "spot":
+        kw.update(drafter=LearnedDrafter(small_model()))
+    prompts = [[4, 5, 6], [7, 8, 9, 10, 11]]
+    graphs = _WholePassGraphs()
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
+        eager = spot.generate(eager_target, prompts, method, tree=spot.TreeSettings(budget=4, static=True), **kw)
+        compiled = spot.generate(CapturableTarget(eager_target.model), prompts, method,
+                                 tree=spot.TreeSettings(budget=4, compile=graphs), **kw)
+    assert compiled.tokens == eager.tokens and torch.equal(compiled.orders, eager.orders)
+    assert compiled.stats.target_passes == eager.stats.target_passes == len(whole_calls)
+    whole = sum(whole_calls)
+    assert whole >= compiled.stats.target_passes - 2 * blocks  # all but a row's first pass of each block
+    assert 0 < graphs.whole < blocks
