@@ -76,8 +76,8 @@ T=$(budget 200 40)
 timeout $((T + 20)) $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json" --budget "$T"
 STATUS[gpu_bench]="exit $?"
 
-step "the static round captured in a CUDA graph, alone and with the embedded forward inside: replay == eager bit for bit, us per round (bench/round_gpu.py)"
-T=$(budget 90 30)
+step "CUDA graphs: the static round alone and with the embedded forward inside (replay == eager bit for bit, us per round), generate with compile=cudagraphs (bench/round_gpu.py)"
+T=$(budget 150 30)
 timeout "$T" $PY bench/round_gpu.py --json "$OUT/round_gpu.json" --rows 1,32 --budgets 4,16
 STATUS[round_capture]="exit $? (1 = a replay differed from eager; 124 = ran out of its ${T}s)"
 

@@ -11,6 +11,8 @@ captured once in a torch.cuda.CUDAGraph and replayed. Then the whole pass, `draf
 tensor work (`ModelSession.forward` over its KV cache, capturable kernels) -> `settle`, the same way: one graph
 per (rows, budget, B, cache capacity). Checks every output of each replay equals eager's bit for bit, and that
 the whole pass eagerly gives the round's outputs; times them (median microseconds per round, the host included).
+On CUDA, last: `generate` with `TreeSettings(compile="cudagraphs")` against the eager static round (tokens,
+passes, seconds).
 """
 
 from __future__ import annotations
@@ -123,6 +125,37 @@ def check_bucket(target, drafter, rows: int, budget: int, block_size: int, tempe
     return entry
 
 
+def _sync(device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def check_generate(target, drafter, temperature: float, budget: int, block_size: int) -> dict:
+    """`generate` with the round compiled through the "cudagraphs" backend (each bucket captured in a CUDA graph,
+    the embedded forward inside for passes that append nothing) against the eager static round: same tokens and
+    passes, and the wall clock of each (the second of two runs: the first captures)."""
+    prompts = [target.tokenizer.encode(p) for p in ("def add(a, b):\n", "import os\n")]
+    kw = dict(drafter=drafter, max_new_tokens=4 * block_size, block_size=block_size, temperature=temperature)
+    entry = {"check": "generate", "temperature": temperature, "budget": budget, "block_size": block_size}
+    runs = {}
+    for name, tree in (("eager", spot.TreeSettings(budget, static=True)),
+                       ("cudagraphs", spot.TreeSettings(budget, compile="cudagraphs"))):
+        try:
+            for _ in range(2):
+                _sync(target.device)
+                t0 = time.perf_counter()
+                out = spot.generate(target, prompts, "spot", tree=tree, **kw)
+                _sync(target.device)
+                runs[name] = (out, time.perf_counter() - t0)
+        except Exception as err:  # recorded, not raised: the other checks still run
+            entry[f"{name}_error"] = f"{type(err).__name__}: {err}"[:500]
+            return entry
+    (eager, t_eager), (graphs, t_graphs) = runs["eager"], runs["cudagraphs"]
+    entry.update(tokens_equal=graphs.tokens == eager.tokens, passes=[eager.stats.target_passes,
+                 graphs.stats.target_passes], eager_s=t_eager, cudagraphs_s=t_graphs, speedup=t_eager / t_graphs)
+    return entry
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="cuda")
@@ -145,9 +178,14 @@ def main(argv=None) -> int:
                     entry = check_bucket(target, drafter, rows, budget, a.block_size, t, a.repeats)
                     print(json.dumps(entry))
                     report.append(entry)
+        if target.device.type == "cuda":
+            for t in (float(x) for x in a.temperatures.split(",")):
+                entry = check_generate(target, drafter, t, 16, a.block_size)
+                print(json.dumps(entry))
+                report.append(entry)
     if a.json:
         write_json({"device": a.device, "buckets": report}, a.json)
-    checks = ("whole_pass_equals_round", "replay_bit_identical", "whole_pass_replay_bit_identical")
+    checks = ("whole_pass_equals_round", "replay_bit_identical", "whole_pass_replay_bit_identical", "tokens_equal")
     return 0 if all(e.get(c, True) for e in report for c in checks) else 1
 
 

@@ -213,6 +213,15 @@ class Append(NamedTuple):
     held: torch.Tensor | None = None  # bool [b, count]; None: no slot is held
 
 
+def _static(buffer: torch.Tensor) -> torch.Tensor:
+    """A CUDA cache buffer marked as staying at its address: a CUDA graph of the pass (torch.compile's
+    mode="reduce-overhead") then reads it in place instead of copying it into a buffer of its own every replay; a
+    new buffer (the cache grew, rows changed) is re-recorded."""
+    if buffer.is_cuda:
+        torch._dynamo.mark_static_address(buffer)
+    return buffer
+
+
 class KVCache:
     """Per-layer keys/values [b, kv_heads, capacity, head_dim] of rows right-aligned at the end of the buffer: every
     row's keys end at slot `capacity`, row r's first real key is key_start[r] (left padding before it; the slots
@@ -264,7 +273,7 @@ class KVCache:
 
     def _zeros(self, capacity: int, dtype, device) -> torch.Tensor:
         b, h, d = self._shape
-        return torch.zeros((b, h, capacity, d), dtype=dtype, device=device)
+        return _static(torch.zeros((b, h, capacity, d), dtype=dtype, device=device))
 
     def _set_starts(self, starts: list[int]) -> None:
         self.starts = list(starts)
@@ -358,7 +367,7 @@ class KVCache:
         at = torch.tensor(index, dtype=torch.long, device=self.device)
         for buffers in (self.k, self.v):
             for i, t in enumerate(buffers):
-                buffers[i] = t[at]
+                buffers[i] = _static(t[at])
         self._shape = (len(index),) + self._shape[1:]
         self._set_starts([self.starts[i] for i in index])
 
@@ -370,7 +379,7 @@ class KVCache:
         self.max_capacity = max_capacity
         for buffers in (self.k, self.v):
             for i, t in enumerate(buffers):
-                buffers[i] = torch.cat((t, t.new_zeros((count,) + tuple(t.shape[1:]))), 0)
+                buffers[i] = _static(torch.cat((t, t.new_zeros((count,) + tuple(t.shape[1:]))), 0))
         self._shape = (self._shape[0] + count,) + self._shape[1:]
         self._set_starts(self.starts + [self.capacity] * count)
 
