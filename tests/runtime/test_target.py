@@ -284,6 +284,32 @@ class _Graphs:
         return run
 
 
+def _target_with_sessions(session_class, capturable: bool = False):
+    """sharp_target()'s model behind a target whose sessions are `session_class` (a ModelSession subclass)."""
+    from spot.model import Kernels
+
+    class SessionTarget(type(sharp_target())):
+        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
+            return session_class(self, prompts, max_new_tokens, block_size,
+                                 Kernels(self.kernels, backend, capturable=capturable))
+
+    return SessionTarget(sharp_target().model)
+
+
+def _decode_eager_and(other_target, method, eager_tree=None, other_tree=None, **kw):
+    """The same decode by sharp_target() and by `other_target` (dynamo reset, recompiles capped): the two outputs,
+    after checking their tokens and commit orders are equal."""
+    import torch._dynamo
+
+    prompts = [[4, 5, 6], [7, 8, 9, 10, 11]]
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
+        eager = spot.generate(sharp_target(), prompts, method, **({"tree": eager_tree} if eager_tree else {}), **kw)
+        other = spot.generate(other_target, prompts, method, **({"tree": other_tree} if other_tree else {}), **kw)
+    assert other.tokens == eager.tokens and torch.equal(other.orders, eager.orders)
+    return eager, other
+
+
 @pytest.mark.parametrize("method", ["standard", "spot"])
 def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
     """torch.compile(fullgraph=True) traces the embedded target's whole pass (KV-cache alignment, masks, positions,
@@ -291,8 +317,6 @@ def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
     host part and the CPU's per-row key slicing read the rows' starts, so the graph is traced again when they
     change (after a pass that appends) and reused by the passes within a block (the capturable pass, below, is
     not)."""
-    import torch._dynamo
-
     from spot.order_model import LearnedDrafter
     from spot.target import ModelSession, NodeLogits
     from tiny import small_model
@@ -307,22 +331,10 @@ def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
         def score_lazily(self, nodes):
             return NodeLogits(self._score(nodes))
 
-    class CompiledTarget(type(sharp_target())):
-        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
-            from spot.model import Kernels
-            return CompiledSession(self, prompts, max_new_tokens, block_size, Kernels(self.kernels, backend))
-
-    eager_target = sharp_target()
-    compiled_target = CompiledTarget(eager_target.model)
     kw = dict(max_new_tokens=12, block_size=B, temperature=0.0)
     if method == "spot":
         kw.update(drafter=LearnedDrafter(small_model()), budget=4)
-    prompts = [[4, 5, 6], [7, 8, 9, 10, 11]]
-    torch._dynamo.reset()
-    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
-        eager = spot.generate(eager_target, prompts, method, **kw)
-        compiled = spot.generate(compiled_target, prompts, method, **kw)
-    assert compiled.tokens == eager.tokens and torch.equal(compiled.orders, eager.orders)
+    eager, compiled = _decode_eager_and(_target_with_sessions(CompiledSession), method, **kw)
     assert compiled.stats.target_passes == eager.stats.target_passes == graphs.calls
     assert 0 < graphs.graphs < graphs.calls  # passes within a block reuse their graph
 
@@ -334,9 +346,6 @@ def test_the_capturable_pass_keeps_one_graph_until_the_cache_grows(method):
     (rows, cache capacity, tokens appended, node slots): never again because a block ended or rows moved in the
     cache, so a CUDA graph captured for a bucket stays valid across blocks. Decoding through the graphs gives
     eager's tokens and passes (float64: the same tokens as the CPU's row-sliced path too)."""
-    import torch._dynamo
-
-    from spot.model import Kernels
     from spot.order_model import LearnedDrafter
     from spot.target import ModelSession
     from tiny import small_model
@@ -353,22 +362,12 @@ def test_the_capturable_pass_keeps_one_graph_until_the_cache_grows(method):
                          head))
             return self._forward(ids, append, n, B, head)
 
-    class CapturedTarget(type(sharp_target())):
-        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
-            return CapturedSession(self, prompts, max_new_tokens, block_size,
-                                   Kernels(self.kernels, backend, capturable=True))
-
-    eager_target = sharp_target()
-    captured_target = CapturedTarget(eager_target.model)
-    kw = dict(max_new_tokens=6 * B, block_size=B, temperature=0.0, tree=spot.TreeSettings(budget=4, static=True))
+    kw = dict(max_new_tokens=6 * B, block_size=B, temperature=0.0)
     if method == "spot":
         kw.update(drafter=LearnedDrafter(small_model()))
-    prompts = [[4, 5, 6], [7, 8, 9, 10, 11]]
-    torch._dynamo.reset()
-    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
-        eager = spot.generate(eager_target, prompts, method, **kw)
-        captured = spot.generate(captured_target, prompts, method, **kw)
-    assert captured.tokens == eager.tokens and torch.equal(captured.orders, eager.orders)
+    static = spot.TreeSettings(budget=4, static=True)
+    eager, captured = _decode_eager_and(_target_with_sessions(CapturedSession, capturable=True), method,
+                                        eager_tree=static, other_tree=static, **kw)
     assert captured.stats.target_passes == eager.stats.target_passes == graphs.calls
     assert graphs.graphs == len(buckets) < graphs.calls
     # the six blocks outnumber the buckets of passes that append nothing: a graph outlives its block
@@ -395,9 +394,6 @@ def test_a_compiled_round_runs_the_embedded_forward_inside_its_graph(method):
     every pass that appends nothing as one graph, draft -> the embedded forward -> settle (`round.run_round`):
     what a GPU captures and replays (on CUDA with "inductor": mode="reduce-overhead", CUDA graphs). The tokens and
     passes are eager's, and the whole-round graphs are fewer than the blocks: they outlive their block."""
-    import torch._dynamo
-
-    from spot.model import Kernels
     from spot.order_model import LearnedDrafter
     from spot.target import ModelSession
     from tiny import small_model
@@ -410,24 +406,14 @@ def test_a_compiled_round_runs_the_embedded_forward_inside_its_graph(method):
             whole_calls.append(forward is not None)
             return forward
 
-    class CapturableTarget(type(sharp_target())):
-        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
-            return CapturableSession(self, prompts, max_new_tokens, block_size,
-                                     Kernels(self.kernels, backend, capturable=True))
-
-    eager_target = sharp_target()
     blocks = 6
     kw = dict(max_new_tokens=blocks * B, block_size=B, temperature=0.7)
     if method == "spot":
         kw.update(drafter=LearnedDrafter(small_model()))
-    prompts = [[4, 5, 6], [7, 8, 9, 10, 11]]
     graphs = _WholePassGraphs()
-    torch._dynamo.reset()
-    with torch._dynamo.config.patch(recompile_limit=64, fail_on_recompile_limit_hit=True):
-        eager = spot.generate(eager_target, prompts, method, tree=spot.TreeSettings(budget=4, static=True), **kw)
-        compiled = spot.generate(CapturableTarget(eager_target.model), prompts, method,
-                                 tree=spot.TreeSettings(budget=4, compile=graphs), **kw)
-    assert compiled.tokens == eager.tokens and torch.equal(compiled.orders, eager.orders)
+    eager, compiled = _decode_eager_and(_target_with_sessions(CapturableSession, capturable=True), method,
+                                        eager_tree=spot.TreeSettings(budget=4, static=True),
+                                        other_tree=spot.TreeSettings(budget=4, compile=graphs), **kw)
     assert compiled.stats.target_passes == eager.stats.target_passes == len(whole_calls)
     whole = sum(whole_calls)
     assert whole >= compiled.stats.target_passes - 2 * blocks  # all but a row's first pass of each block
