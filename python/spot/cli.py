@@ -15,7 +15,7 @@ import sys
 from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
 from .decode import CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, generate
 from .settings import Batching, TreeSettings
-from .tree import BRANCH, WIDTH, tree_branch
+from .tree import BRANCH, CPU_WIDTH, WIDTH, tree_branch
 
 
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
@@ -35,7 +35,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", default="auto", help="tree node budget per verification pass (root included); "
                    "'auto': the one `spot build tune` measured fastest for this device, block size and "
                    "temperature (T = 0 or T > 0)")
-    p.add_argument("--width", type=int, default=WIDTH, help="frontier nodes expanded per depth")
+    p.add_argument("--width", type=int, help=f"frontier nodes expanded per depth (default: {CPU_WIDTH} for the "
+                   f"host-stopped round on a CPU, else {WIDTH})")
     p.add_argument("--branch", type=int, help="children drafted per frontier node (default: the drafter's own "
                    f"tree_branch, else {BRANCH})")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from . import limits
-from .tree import WIDTH, tree_branch
+from .tree import CPU_WIDTH, WIDTH, tree_branch
 
 
 @dataclass(frozen=True)
@@ -16,8 +16,9 @@ class TreeSettings:
     """The draft tree of every pass (docs/design.md §2.4) and how its round runs (docs/round.md).
 
     budget: the most nodes (root included) one verification pass may score; 1 is the root alone, standard's pass.
-    width: frontier nodes expanded per depth. branch: children drafted per frontier node (None: the spot drafter's
-    own `branch`, else spot.tree.BRANCH).
+    width: frontier nodes expanded per depth (None: spot.tree.CPU_WIDTH, 1, for the host-stopped round on a CPU,
+    where fewer drafted nodes decode faster; else spot.tree.WIDTH, 4). branch: children drafted per frontier node
+    (None: the spot drafter's own `branch`, else spot.tree.BRANCH).
     static: run the round with fixed shapes and no host sync inside it (spot.round; None: on accelerators, or when
     `compile` is set) or let the host trim trees and stop their growth early (the CPU default, which saves drafter
     and target work there); the trees and tokens are the same either way.
@@ -29,7 +30,7 @@ class TreeSettings:
     """
 
     budget: int = 16
-    width: int = WIDTH
+    width: int | None = None
     branch: int | None = None
     static: bool | None = None
     compile: str | Callable | None = None
@@ -38,7 +39,7 @@ class TreeSettings:
     def __post_init__(self):
         for name in ("budget", "width", "branch"):
             value = getattr(self, name)
-            if value is None and name == "branch":
+            if value is None and name in ("width", "branch"):
                 continue
             value = limits.integer(f"TreeSettings.{name}", value)
             if value < 1:
@@ -55,10 +56,12 @@ class TreeSettings:
 
     def resolved(self, drafter, device) -> TreeSettings:
         """Every None filled for one decode: branch from `drafter` (the spot drafter, else None), static and
-        score_all_nodes from the device (on when it is not a CPU; static also when compiled)."""
+        score_all_nodes from the device (on when it is not a CPU; static also when compiled), width from both
+        (CPU_WIDTH for a round on a CPU that is not static, else WIDTH)."""
         accelerator = device.type != "cpu"
-        return replace(self, branch=tree_branch(drafter, self.branch),
-                       static=(accelerator or self.compile is not None) if self.static is None else self.static,
+        static = (accelerator or self.compile is not None) if self.static is None else self.static
+        width = (WIDTH if static or accelerator else CPU_WIDTH) if self.width is None else self.width
+        return replace(self, width=width, branch=tree_branch(drafter, self.branch), static=static,
                        score_all_nodes=accelerator if self.score_all_nodes is None else self.score_all_nodes)
 
 

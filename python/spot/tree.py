@@ -21,6 +21,10 @@ from .drafters import Drafter, StaleFeatures
 # (measured against other shapes in docs/drafter.md). `budget` caps the nodes kept whatever the shape.
 WIDTH = 4
 BRANCH = 4
+# The default width of the CPU path (the host-stopped round on a CPU): there each drafted node costs its drafter
+# arithmetic, and width 1 decodes in less CPU time than 2 or 4 at T 0 and T 1 (docs/round.md, "Wall clock on this
+# CPU"). Accelerators and the static round keep WIDTH.
+CPU_WIDTH = 1
 
 
 def tree_branch(drafter, branch: int | None = None) -> int:

@@ -143,3 +143,21 @@ def test_expand_frontier_on_a_pruned_frontier_is_select_children_and_its_glue(te
                        child_states.gather(1, order[..., None].expand(b, width, B))[kept])
     assert bool((pos.view(b, w, branch)[:, 1] == -1).all())  # closed nodes (1, 4 has nothing masked, ...) no child
     assert bool(has.any()) and bool((~has).any())
+
+
+def test_the_default_width_resolves_per_device():
+    """width=None: CPU_WIDTH for the host-stopped round on a CPU (each drafted node costs drafter arithmetic
+    there), WIDTH on an accelerator and for the static round; an explicit width is kept everywhere."""
+    from spot.tree import CPU_WIDTH, WIDTH
+
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert CPU_WIDTH == 1 and WIDTH == 4
+    assert spot.TreeSettings().width is None
+    assert spot.TreeSettings().resolved(None, cpu).width == CPU_WIDTH
+    assert spot.TreeSettings(static=True).resolved(None, cpu).width == WIDTH
+    assert spot.TreeSettings(compile="aot_eager").resolved(None, cpu).width == WIDTH  # compiled: static
+    assert spot.TreeSettings().resolved(None, gpu).width == WIDTH
+    assert spot.TreeSettings(static=False).resolved(None, gpu).width == WIDTH
+    for width in (1, 3, 4):
+        for device, static in ((cpu, None), (cpu, True), (gpu, None)):
+            assert spot.TreeSettings(width=width, static=static).resolved(None, device).width == width
