@@ -4,17 +4,19 @@ choosing the CPU path's default width (spot.tree.CPU_WIDTH; docs/round.md, "Wall
     OMP_NUM_THREADS=1 python bench/tree_width.py --num-prompts 16 --widths 4,2,1 --temperatures 0,1 \
         --json bench/results/tree-width-b32.json
 
-Per temperature, the widths run in the given order and then reversed, in one process (drift on a shared machine
-falls on every width alike); per width: target passes, CPU seconds of the process (`time.process_time`, averaged
-over the two runs), drafting's share of the stage seconds (wall clock: drafting / (drafting + target +
-verification)), drafted nodes per pass, and whether the tokens equal the first width's (they must: the width
-changes trees, never tokens). Budget 16 by default, the drafter's own branch (8 for the shipped one), batch 1.
+Per temperature, every prompt is decoded by every width in turn (the given order, reversed in odd rounds), in one
+process, `--repeats` rounds: drift on a shared machine falls on every width alike. Per width: target passes, CPU
+seconds of the process (`time.process_time`, summed over the prompts, averaged over the rounds), drafting's share
+of the stage seconds (wall clock: drafting / (drafting + target + verification)), drafted nodes per pass, and
+whether the tokens equal the first width's (they must: the width changes trees, never tokens). Budget 16 by
+default, the drafter's own branch (8 for the shipped one), one prompt at a time (its row: its index).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 
 import spot
 from spot.lab.bench import check_writable, write_json
@@ -29,6 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=int, default=16)
     ap.add_argument("--widths", default="4,2,1")
     ap.add_argument("--temperatures", default="0,1")
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     if a.json:
@@ -46,29 +49,33 @@ def main(argv=None) -> int:
     drafter.position_logits = counted
     report = {"settings": vars(a), "temperatures": {}}
     for temperature in map(float, a.temperatures.split(",")):
-        runs = {w: [] for w in widths}
-        for w in widths + widths[::-1]:
-            nodes["n"] = 0
-            t0 = time.process_time()
-            out = spot.generate(target, prompts, "spot", drafter=drafter, max_new_tokens=a.max_new_tokens,
-                                block_size=a.block_size, temperature=temperature,
-                                tree=spot.TreeSettings(a.budget, width=w), batching=spot.Batching(max_batch=1))
-            seconds = time.process_time() - t0
-            stages = out.stats.stage_seconds
-            runs[w].append(dict(cpu_seconds=seconds, draft_share=stages["draft"] / sum(stages.values()),
-                                target_passes=out.stats.target_passes, tokens=out.tokens,
-                                nodes_per_pass=nodes["n"] / out.stats.target_passes))
-        first = runs[widths[0]][0]["tokens"]
+        runs = {w: dict(cpu_seconds=0.0, stages=Counter(), target_passes=0, nodes=0, tokens=[]) for w in widths}
+        for rnd in range(a.repeats):
+            for i, prompt in enumerate(prompts):
+                for w in widths if rnd % 2 == 0 else widths[::-1]:
+                    nodes["n"] = 0
+                    t0 = time.process_time()
+                    out = spot.generate(target, [prompt], "spot", drafter=drafter, rows=[i],
+                                        max_new_tokens=a.max_new_tokens, block_size=a.block_size,
+                                        temperature=temperature, tree=spot.TreeSettings(a.budget, width=w))
+                    r = runs[w]
+                    r["cpu_seconds"] += (time.process_time() - t0) / a.repeats
+                    r["stages"].update(out.stats.stage_seconds)
+                    if rnd == 0:
+                        r["target_passes"] += out.stats.target_passes
+                        r["nodes"] += nodes["n"]
+                        r["tokens"] += out.tokens
+        first = runs[widths[0]]["tokens"]
         table = {}
         print(f"T {temperature:g}")
         for w, r in runs.items():
+            st = r["stages"]
             row = table[w] = {
-                "target_passes": r[0]["target_passes"],
-                "cpu_seconds": sum(x["cpu_seconds"] for x in r) / len(r),
-                "cpu_seconds_runs": [x["cpu_seconds"] for x in r],
-                "draft_share": sum(x["draft_share"] for x in r) / len(r),
-                "nodes_per_pass": r[0]["nodes_per_pass"],
-                "exact_vs_first_width": all(x["tokens"] == first for x in r)}
+                "target_passes": r["target_passes"], "cpu_seconds": r["cpu_seconds"],
+                "stage_seconds": {k: v / a.repeats for k, v in st.items()},
+                "draft_share": st["draft"] / sum(st.values()),
+                "nodes_per_pass": r["nodes"] / r["target_passes"],
+                "exact_vs_first_width": r["tokens"] == first}
             print(f"  width {w}: passes {row['target_passes']:>5}  cpu {row['cpu_seconds']:7.2f} s  "
                   f"drafting {row['draft_share']:6.1%}  nodes/pass {row['nodes_per_pass']:5.2f}  "
                   f"exact {row['exact_vs_first_width']}")

@@ -27,7 +27,7 @@ def script(name: str):
     ("batching", ["--prompts", "2", "--stream", "3", "--width", "2", "--max-new-tokens", "32"]),
     ("online_accuracy", ["--num-prompts", "2", "--max-new-tokens", "16", "--block-size", "8", "--budget", "4"]),
     ("tree_width", ["--num-prompts", "1", "--max-new-tokens", "16", "--block-size", "8", "--budget", "6",
-                    "--widths", "2,1", "--temperatures", "0,1"]),
+                    "--widths", "2,1", "--temperatures", "0,1", "--repeats", "1"]),
 ])
 def test_bench_script_runs(name, args, tmp_path):
     out = tmp_path / f"{name}.json"
