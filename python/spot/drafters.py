@@ -73,8 +73,9 @@ class Drafter(Protocol):
     """What the decoder asks of an order drafter: `position_logits`. Optional attributes it reads when present
     (`drafter_limits`, spot.tree.tree_branch, spot.round): `branch` (children per frontier node of its trees),
     `max_block` (the largest block it reads), `token_vocab` (the vocabulary size whose token ids it reads; None
-    when it reads none) and `observe(...)` (a drafter that learns from each pass's commits). Nothing else of a
-    drafter is read."""
+    when it reads none), `observe(...)` (a drafter that learns from each pass's commits) and `takes_depths` (True:
+    `position_logits` also takes a keyword `depths`, a bound the CPU path knows on the depths of the pass's tree).
+    Nothing else of a drafter is read."""
 
     def position_logits(self, stale: StaleFeatures, node_masked: torch.Tensor, node_row: torch.Tensor,
                         depth: torch.Tensor) -> torch.Tensor:

@@ -227,6 +227,7 @@ class LearnedDrafter:
         self._stale = self._inputs = None  # the StaleFeatures last seen and what was computed from them
         self._weights = self._weights_key = None  # pack_order_weights(model), and the parameters it was built from
         self._resampled = None  # float32 resampled_confidence of the pass's rows (_resampled_by_depth)
+        self._modules = None  # the model's modules, listed once per pass (position_logits)
         self.backend = backend
         if self._per_pass():
             self._pack_weights()
@@ -245,13 +246,22 @@ class LearnedDrafter:
         """The vocabulary whose token ids it reads (a model trained with token buckets), else None."""
         return self.model.cfg.vocab_size if self.model.cfg.token_buckets else None
 
+    # `position_logits` takes `depths`, a bound on the depths of the pass's tree (the `Drafter` protocol)
+    takes_depths = True
+
     @torch.no_grad()
-    def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth):
+    def position_logits(self, stale: StaleFeatures, node_masked, node_row, depth, *, depths: int | None = None):
+        """The `Drafter` protocol's position logits. depths: every call with these `stale` features (one pass's
+        tree) has depth < depths (the CPU path knows it on the host): at T > 0 the per-pass resampled inputs are
+        computed for those depths only. None: every depth a block allows (B; the static round)."""
         dev, cfg = self.device, self.model.cfg
         node_row_d, depth_d = node_row.to(dev), depth.to(dev)
         if cfg.resampled and stale.noise is None:
             raise ValueError("this drafter reads the coupled noise: StaleFeatures.noise is not set")
-        if not self._per_pass():
+        new_pass = stale is not self._stale
+        if new_pass:  # the model's modules, listed once per pass: `_per_pass` reads their hooks at every call
+            self._modules = tuple(self.model.modules())
+        if not self._per_pass(self._modules):
             resampled = None
             if cfg.resampled:
                 noise, r = stale.noise, node_row_d
@@ -263,16 +273,20 @@ class LearnedDrafter:
             logits = self.model(stale.topk_probs[node_row].to(dev), stale.confidence[node_row].to(dev),
                                 stale.masked[node_row].to(dev), node_masked.to(dev), depth_d, resampled, top_ids)
             return self._sharpened(logits, stale).to(node_masked.device)
-        if stale is not self._stale:  # a new pass (StaleFeatures are never modified): its inputs, once per sequence
+        n_depths = stale.masked.shape[1] if depths is None else max(1, min(int(depths), stale.masked.shape[1]))
+        if new_pass:  # a new pass (StaleFeatures are never modified): its inputs, once per sequence
             top_ids = stale.topk_ids[:, :, 0].to(dev) if cfg.token_buckets else None
             self._inputs = self.model.stale_inputs(stale.topk_probs.to(dev), stale.confidence.to(dev),
                                                    stale.masked.to(dev), top_ids)
-            self._resampled = _resampled_by_depth(stale, dev, self.backend) if cfg.resampled else None
+            self._resampled = None
             self._stale = stale
             self._pack_weights()
+        if cfg.resampled and (self._resampled is None or self._resampled.dim() == 3
+                              and self._resampled.shape[1] < n_depths):
+            self._resampled = _resampled_by_depth(stale, dev, self.backend, n_depths)
         inputs = self._inputs
         # the whole forward in one op (spot_kernels.order_logits: the same operations as OrderModel.forward_nodes),
-        # reading the per-pass resampled inputs (T = 0: per row [R, B]; T > 0: per row and depth [R, B, B]) at each
+        # reading the per-pass resampled inputs (T = 0: per row [R, B]; T > 0: per row and depth [R, D, B]) at each
         # node's row and depth, the sharpness multiply folded in
         logits = spot_kernels.order_logits(
             inputs.features, inputs.masked, inputs.tokens, node_row_d, node_masked.to(dev), depth_d, self._resampled,
@@ -280,17 +294,18 @@ class LearnedDrafter:
             float(self._sharpness_of(stale)), backend=self.backend)
         return logits.to(node_masked.device)
 
-    def _per_pass(self) -> bool:
+    def _per_pass(self, modules=None) -> bool:
         """Whether the per-pass path (stale inputs once per pass, the fused op per depth) computes what the model
-        would: a plain float32 OrderModel whose modules carry no hooks (a hook, such as OnlineCalibrated's
-        hidden-state one, must see the modules run, so such a model is called as a module, per node)."""
+        would: a plain float32 OrderModel whose modules (`modules`, default all of them) carry no hooks (a hook,
+        such as OnlineCalibrated's hidden-state one, must see the modules run, so such a model is called as a
+        module, per node)."""
         m = self.model
         if not isinstance(m, OrderModel) or type(m).forward is not OrderModel.forward:
             return False
         if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
             return False
         return m.head.weight.dtype == torch.float32 and not any(
-            mod._forward_hooks or mod._forward_pre_hooks for mod in m.modules())
+            mod._forward_hooks or mod._forward_pre_hooks for mod in (m.modules() if modules is None else modules))
 
     def _pack_weights(self) -> None:
         """The packed weights of `spot_kernels.order_logits`, rebuilt only when a parameter changed (its storage
@@ -298,7 +313,8 @@ class LearnedDrafter:
         construction) are used: a compiled round does not follow a model trained meanwhile."""
         if torch.compiler.is_compiling() and self._weights is not None:
             return
-        key = tuple((p.data_ptr(), p._version) for p in self.model.parameters())
+        modules = self._modules if self._modules is not None else tuple(self.model.modules())
+        key = tuple((p.data_ptr(), p._version) for mod in modules for p in mod._parameters.values() if p is not None)
         if key != self._weights_key:
             self._weights, self._weights_key = pack_order_weights(self.model), key
 
@@ -314,26 +330,26 @@ class LearnedDrafter:
         return logits if factor == 1 else logits * factor
 
 
-def _resampled_by_depth(stale: StaleFeatures, device, backend: str) -> torch.Tensor:
+def _resampled_by_depth(stale: StaleFeatures, device, backend: str, depths: int | None = None) -> torch.Tensor:
     """`resampled_confidence` of every row of a pass (float32, on `device`), once per pass: at T = 0 it is the same at
-    every depth, [R, B]; at T > 0 it depends on the step, root_step + depth, so [R, B, B] for depths 0 .. B - 1 (a
-    tree never grows deeper than B), one select_children call for them all. Row by row the same values as the
-    per-node call."""
+    every depth, [R, B]; at T > 0 it depends on the step, root_step + depth, so [R, D, B] for depths 0 .. D - 1,
+    D = `depths` (None: B, as deep as a tree can grow in a block), one select_children call for them all. Row by
+    row the same values as the per-node call."""
     noise = stale.noise
     probs, ids = stale.topk_probs.to(device), stale.topk_ids.to(device)
     if noise.temperature == 0:
         return resampled_confidence(probs, ids, noise.seed, noise.rows, stale.block_start, noise.root_step, 0.0,
                                     backend=backend).float()
     n, B, K = probs.shape
-    depths = torch.arange(B, device=device)
-    steps = (noise.root_step.to(device)[:, None] + depths).reshape(-1)
+    D = B if depths is None else depths
+    steps = (noise.root_step.to(device)[:, None] + torch.arange(D, device=device)).reshape(-1)
 
-    def per_depth(x):  # [R, ...] -> [R * B, ...], row r's copy for depth d at r * B + d
-        return x.to(device)[:, None].expand(n, B, *x.shape[1:]).reshape(n * B, *x.shape[1:])
+    def per_depth(x):  # [R, ...] -> [R * D, ...], row r's copy for depth d at r * D + d
+        return x.to(device)[:, None].expand(n, D, *x.shape[1:]).reshape(n * D, *x.shape[1:])
 
     out = resampled_confidence(per_depth(probs), per_depth(ids), noise.seed, per_depth(noise.rows),
                                per_depth(stale.block_start), steps, noise.temperature, backend=backend)
-    return out.float().view(n, B, B)
+    return out.float().view(n, D, B)
 
 
 def with_resampled_inputs(model: OrderModel) -> OrderModel:

@@ -16,8 +16,9 @@ class TreeSettings:
     """The draft tree of every pass (docs/design.md §2.4) and how its round runs (docs/round.md).
 
     budget: the most nodes (root included) one verification pass may score; 1 is the root alone, standard's pass.
-    width: frontier nodes expanded per depth. branch: children drafted per frontier node (None: the spot drafter's
-    own `branch`, else spot.tree.BRANCH).
+    width: frontier nodes expanded per depth, on every device (a CPU's CPU time at large budgets favours 1:
+    docs/round.md). branch: children drafted per frontier node (None: the spot drafter's own `branch`, else
+    spot.tree.BRANCH).
     static: run the round with fixed shapes and no host sync inside it (spot.round; None: on accelerators, or when
     `compile` is set) or let the host trim trees and stop their growth early (the CPU default, which saves drafter
     and target work there); the trees and tokens are the same either way.

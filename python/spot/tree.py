@@ -145,97 +145,82 @@ def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, 
 
 
 def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree:
-    """grow_tree on the CPU path: the host stops growth early and calls the drafter on open frontier nodes only."""
+    """grow_tree on the CPU path: the host stops growth early and calls the drafter on open frontier nodes only.
+    Per depth: the drafter's op, one spot::expand_frontier (children, their states, the next frontier), a few ops
+    for the pool and the stop test, and one host sync (whether to go on, and how many frontier nodes are open)."""
     b, B = root.shape
-    dev, mask_id, branch, width = root.device, cfg.mask_id, cfg.branch, _frontier_width(cfg)
+    mask_id, branch, width = cfg.mask_id, cfg.branch, _frontier_width(cfg)
     keep = cfg.budget - 1
-    lp_dtype = logprob.dtype
     # the pool of drafted nodes, root first, depth after depth: per-depth pieces, concatenated once at the end
     states, logprobs, parents, positions, tokens, depths = [root[:, None]], [logprob], [], [], [], []
-    f_states, f_logprob, frontier = root[:, None], logprob, None  # frontier [b, w] pool indices (None: the root)
+    f_states, f_logprob, frontier = root, logprob.view(b), None  # the frontier, flat [b * w, ...] row by row
     best = None  # [b, <= keep] the most probable non-root path log-probabilities so far, descending
     m, w = 1, 1  # pool size, frontier width
-    rows_of = _RowGather(stale, rows, step)
-    # no deeper node than a row's masked positions: fewer depths to try (one sync)
-    n_depths = min(tree_depths(cfg.budget, B), int((root == mask_id).sum(1).max()) if b else 0)
+    node_rows = {}  # frontier width w -> [b * w] each frontier node's row (the drafter's node_row)
+    open_ = f_logprob > float("-inf")  # a root of -inf path probability has no children worth keeping
+    # no deeper node than a row's masked positions: fewer depths to try (one sync, with the open roots' count)
+    n_depths, n_open = torch.stack(((root == mask_id).sum(1).max(), open_.sum())).tolist() if b else (0, 0)
+    n_depths = min(tree_depths(cfg.budget, B), n_depths)
     for d in range(n_depths):
-        node_row, topk_probs, topk_ids, node_rows, block_start, node_step = rows_of(w)
-        # A frontier node is expanded only if one of its children could still be kept: fewer than budget - 1
-        # nodes at least as probable as it (children are no more probable than it, and lose ties, being younger).
-        open_ = f_logprob > float("-inf")
-        if prune and best is not None and best.shape[1] == keep:
-            open_ = open_ & (f_logprob > best[:, -1:])
-        node_masked = ((f_states == mask_id) & open_[..., None]).view(b * w, B)
-        depth = torch.full_like(node_row, d)
-        scores = _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_.view(b * w), lp_dtype)
-        c_pos, c_logprob, c_tok = spot_kernels.select_children(
-            scores, node_masked, f_logprob.reshape(-1), topk_probs, topk_ids, cfg.seed, node_rows, block_start,
-            node_step + d, cfg.temperature, branch, backend=cfg.backend)
-        ok = c_tok >= 0
-        c_logprob = torch.where(ok, c_logprob, float("-inf")).view(b, w * branch)
-        # Children's states: the frontier state with one more commit (c_tok >= 0 implies c_pos >= 0).
-        c_states = f_states.reshape(b * w, 1, B).expand(b * w, branch, B).scatter(
-            2, c_pos.clamp_min(0)[..., None], torch.where(ok, c_tok, mask_id)[..., None]).view(b, w * branch, B)
-        states.append(c_states)
+        if w not in node_rows:
+            node_rows[w] = torch.arange(b * w, device=root.device) // w
+        scores = _open_rows_logits(drafter, stale, f_states == mask_id, node_rows[w], d, open_, n_open,
+                                   logprob.dtype, n_depths)
+        # a closed node's logits are all -inf: no eligible position, so no child (padding: position and token -1,
+        # log-probability -inf), as select_children gives a node with nothing masked
+        out = spot_kernels.expand_frontier(
+            scores, f_states, f_logprob, stale.topk_probs, stale.topk_ids, cfg.seed, rows, stale.block_start,
+            step + d, cfg.temperature, mask_id, branch, width, backend=cfg.backend)
+        c_logprob = out.child_logprob  # [b, w * branch], -inf where a child has no token
+        states.append(out.child_states)
         logprobs.append(c_logprob)
-        parents.append(torch.zeros(b, w * branch, dtype=torch.long, device=dev) if frontier is None
+        parents.append(torch.zeros_like(out.child_pos) if frontier is None
                        else frontier.repeat_interleave(branch, 1))
-        positions.append(c_pos.view(b, -1))
-        tokens.append(c_tok.view(b, -1))
+        positions.append(out.child_pos)
+        tokens.append(out.child_tokens)
         depths.append((d + 1, w * branch))
-        # Next frontier: the `width` most probable new children (stable sort: ties to the lower index).
-        order = torch.sort(c_logprob, dim=1, descending=True, stable=True).indices[:, :width]
-        f_logprob = c_logprob.gather(1, order)
-        f_states = c_states.gather(1, order[..., None].expand(b, order.shape[1], B))
-        frontier, w = order + m, order.shape[1]
+        # next frontier: the `width` most probable new children (ties to the lower index), flat
+        f_states, f_logprob = out.frontier_states, out.frontier_logprob
+        frontier, w = out.frontier + m, out.frontier.shape[1]
         m += c_logprob.shape[1]
         best = c_logprob if best is None else torch.cat((best, c_logprob), 1)
         if best.shape[1] > keep:
             best = best.topk(keep, dim=1).values  # sorted: the (budget - 1)-th largest is the last
-        # Stop when no child is left, or every row already holds budget - 1 nodes at least as probable as any
-        # deeper node could be (deeper nodes also lose ties, being younger): the kept set can no longer change.
-        best_next = f_logprob[:, 0]
-        done = ~(best_next > float("-inf")).any() | ((best >= best_next[:, None]).sum(1) >= keep).all()
-        if bool(done):
+        if d + 1 == n_depths:
             break
-    depth = torch.cat([torch.zeros(b, 1, dtype=torch.long, device=dev)]
-                      + [torch.full((b, n), d, dtype=torch.long, device=dev) for d, n in depths], 1)
-    none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
+        # A frontier node is expanded only if one of its children could still be kept: fewer than budget - 1
+        # nodes at least as probable as it (children are no more probable than it, and lose ties, being younger).
+        f_row = f_logprob.view(b, w)
+        open_ = f_row > float("-inf")
+        if prune and best.shape[1] == keep:
+            open_ = open_ & (f_row > best[:, -1:])
+        open_ = open_.view(b * w)
+        # Stop when no row can change its kept set: it has no child left, or already holds budget - 1 nodes at
+        # least as probable as any deeper node could be (deeper nodes also lose ties, being younger).
+        best_next = f_row[:, 0]
+        done = (((best >= best_next[:, None]).sum(1) >= keep) | (best_next == float("-inf"))).all()
+        done, n_open = torch.stack((done.long(), open_.sum())).tolist()  # the depth's one sync
+        if done:
+            break
+    depth = torch.cat([torch.zeros(b, 1, dtype=torch.long, device=root.device)]
+                      + [torch.full((b, n), d, dtype=torch.long, device=root.device) for d, n in depths], 1)
+    none = torch.full((b, 1), -1, dtype=torch.long, device=root.device)
     return _keep_best(torch.cat(states, 1), torch.cat(logprobs, 1), torch.cat([none] + parents, 1),
                       torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth, cfg.budget, False)
 
 
-class _RowGather:
-    """Per-row inputs of select_children repeated for a frontier of `w` nodes per row (computed once per width)."""
-
-    def __init__(self, stale: StaleFeatures, rows: torch.Tensor, step: torch.Tensor):
-        self.stale, self.rows, self.step, self.cache, self.bases = stale, rows, step, {}, {}
-
-    def base(self, n: int) -> torch.Tensor:
-        """[b, 1]: row i's offset i * n into a flat [b * n] tensor (computed once per n)."""
-        if n not in self.bases:
-            self.bases[n] = torch.arange(len(self.rows), device=self.rows.device)[:, None] * n
-        return self.bases[n]
-
-    def __call__(self, w: int):
-        if w not in self.cache:
-            b = len(self.rows)
-            node_row = torch.arange(b, device=self.rows.device).repeat_interleave(w)
-            s = self.stale
-            self.cache[w] = (node_row, s.topk_probs[node_row], s.topk_ids[node_row], self.rows[node_row],
-                             s.block_start[node_row], self.step[node_row])
-        return self.cache[w]
-
-
-def _open_rows_logits(drafter, stale, node_masked, node_row, depth, open_, dtype) -> torch.Tensor:
-    """The drafter's logits on the open frontier nodes only (-inf elsewhere): the CPU path's saving, one sync."""
-    n_open = int(open_.sum())
+def _open_rows_logits(drafter, stale, node_masked, node_row, d, open_, n_open, dtype, n_depths) -> torch.Tensor:
+    """The drafter's logits [F, B] on the `n_open` open frontier nodes of depth `d` (`open_` [F]), -inf on the
+    others: the CPU path's saving. A drafter that takes `depths` (the `Drafter` protocol) learns that the tree's
+    depths stay below n_depths."""
+    extra = {"depths": n_depths} if getattr(drafter, "takes_depths", False) else {}
     if n_open == len(open_):
-        return drafter.position_logits(stale, node_masked, node_row, depth).to(dtype)
+        return drafter.position_logits(stale, node_masked, node_row, torch.full_like(node_row, d), **extra).to(dtype)
     scores = torch.full(node_masked.shape, float("-inf"), dtype=dtype, device=node_masked.device)
     if n_open:
         at = torch.nonzero(open_).flatten()
-        scores[at] = drafter.position_logits(stale, node_masked[at], node_row[at], depth[at]).to(dtype)
+        scores[at] = drafter.position_logits(stale, node_masked[at], node_row[at],
+                                             torch.full_like(at, d), **extra).to(dtype)
     return scores
 
 

@@ -26,6 +26,8 @@ def script(name: str):
                       "--methods", "spot", "--target", "target2", "--drafter", "portable+online"]),
     ("batching", ["--prompts", "2", "--stream", "3", "--width", "2", "--max-new-tokens", "32"]),
     ("online_accuracy", ["--num-prompts", "2", "--max-new-tokens", "16", "--block-size", "8", "--budget", "4"]),
+    ("tree_width", ["--num-prompts", "1", "--max-new-tokens", "16", "--block-size", "8", "--budget", "6",
+                    "--widths", "2,1", "--temperatures", "0,1", "--repeats", "1"]),
 ])
 def test_bench_script_runs(name, args, tmp_path):
     out = tmp_path / f"{name}.json"
@@ -48,7 +50,7 @@ def exactness_checks(node, path=""):
 
 
 @pytest.mark.parametrize("name", ["pass_work", "budget_curve", "batching", "online_accuracy", "backend_decode",
-                                  "round_count", "round_gpu"])
+                                  "round_count", "round_gpu", "tree_width"])
 def test_bench_script_refuses_a_json_path_before_running(name, tmp_path, monkeypatch):
     """--json is checked before the run (a bad path does not lose a whole benchmark's results) and goes through
     the write guard every write of the project passes: a path inside the installed package is refused."""

@@ -214,8 +214,8 @@ def test_settings_objects_are_frozen_and_resolve_their_defaults():
     with pytest.raises(dataclasses.FrozenInstanceError):
         tree.budget = 5
     cpu, accelerator = torch.device("cpu"), torch.device("meta")
-    assert TreeSettings().resolved(None, cpu) == TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH, static=False,
-                                                              score_all_nodes=False)
+    assert TreeSettings().resolved(None, cpu) == TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH,
+                                                              static=False, score_all_nodes=False)
     assert TreeSettings().resolved(None, accelerator) == TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH,
                                                                       static=True, score_all_nodes=True)
     assert TreeSettings(compile="inductor").resolved(None, cpu).static is True

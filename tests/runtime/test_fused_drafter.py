@@ -30,7 +30,7 @@ def model(tokens: bool, resampled: bool, seed: int = 0) -> OrderModel:
 class ModuleDrafter(LearnedDrafter):
     """The same drafter run module by module (what LearnedDrafter did before the fused op)."""
 
-    def _per_pass(self):
+    def _per_pass(self, modules=None):
         return False
 
 
@@ -80,3 +80,25 @@ def test_a_hooked_model_runs_its_modules():
     finally:
         handle.remove()
     assert seen == [(2, 8, m.cfg.d_model)]
+
+
+def test_the_cpu_path_resamples_only_the_depths_its_tree_can_reach():
+    """At T > 0 the resampled inputs depend on the depth: the static round reads them for every depth of a block
+    ([R, B, B]), the host-stopped growth for the depths it can reach only (tree_depths(budget, B) at most); the
+    trees are the same."""
+    b, B, K = 3, 12, 8
+    root = torch.full((b, B), MASK)
+    root[0, :5] = 9
+    step = (root != MASK).sum(1)
+    stale = replace(stale_features(b, B, K, seed=4), noise=NoiseCoordinates(5, torch.arange(b), step, 1.0))
+    m = model(True, True, seed=5)
+    cfg = RoundConfig(MASK, 5, 1.0, budget=5, width=2, branch=3, static=False)
+    host_drafter, static_drafter = LearnedDrafter(m), LearnedDrafter(m)
+    host = grow_tree(root, step, stale, host_drafter, cfg, rows=torch.arange(b))
+    static = grow_tree(root, step, stale, static_drafter, replace(cfg, static=True), rows=torch.arange(b))
+    n = host.parents.shape[1]
+    for name in ("states", "parents", "positions", "tokens", "depth"):
+        assert torch.equal(getattr(static, name)[:, :n], getattr(host, name)), name
+    assert static_drafter._resampled.shape == (b, B, B)
+    assert host_drafter._resampled.shape == (b, 4, B)  # budget 5: depths 0 .. 3
+    assert int(host.depth.max()) > 1  # the tree did grow deeper than one depth

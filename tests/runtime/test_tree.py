@@ -98,3 +98,60 @@ def test_a_wider_branch_changes_no_tree_of_budget_up_to_branch_plus_one(temperat
         assert same or budget > 5, budget
         differs |= not same
     assert differs, "branch 8 never changed a tree: the test cannot tell the two apart"
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_expand_frontier_on_a_pruned_frontier_is_select_children_and_its_glue(temperature):
+    """The CPU path gives a closed frontier node (pruned, or of -inf path probability) all -inf logits and lets
+    spot::expand_frontier draft its children: the same children as select_children on that node with nothing
+    masked (no child: position and token -1, log-probability -inf), the open nodes' children, their states and
+    the next frontier as select_children, a scatter and a stable sort give them."""
+    import spot_kernels
+
+    b, w, B, K, branch, width = 3, 3, 10, 4, 4, 5
+    g = torch.Generator().manual_seed(7)
+    states = torch.where(torch.rand(b * w, B, generator=g) < 0.6, MASK, torch.randint(3, 60, (b * w, B), generator=g))
+    states[4] = 9  # a node with nothing masked
+    logits = torch.randint(0, 6, (b * w, B), generator=g).double()  # ties
+    path = -torch.rand(b * w, generator=g, dtype=torch.float64)
+    path[7] = float("-inf")
+    open_ = torch.tensor([True, False, True, True, True, False, True, False, True])  # 7: -inf path, closed
+    stale = stale_features(b, B, K, seed=3)
+    step = torch.tensor([2, 0, 5])
+    common = (stale.topk_probs, stale.topk_ids, 11, torch.arange(b), stale.block_start)
+    out = spot_kernels.expand_frontier(torch.where(open_[:, None], logits, float("-inf")), states, path, *common,
+                                       step, temperature, MASK, branch, width)
+    # the glue the CPU path ran before: select_children on the open nodes' masked positions, then by hand
+    node_row = torch.arange(b).repeat_interleave(w)
+    masked = (states == MASK) & open_[:, None]
+    pos, lp, tok = spot_kernels.select_children(
+        torch.where(open_[:, None], logits, float("-inf")), masked, path, stale.topk_probs[node_row],
+        stale.topk_ids[node_row], 11, node_row, stale.block_start[node_row], step[node_row], temperature, branch)
+    ok = tok >= 0
+    lp = torch.where(ok, lp, float("-inf")).view(b, w * branch)
+    child_states = states[:, None].expand(b * w, branch, B).scatter(
+        2, pos.clamp_min(0)[..., None], torch.where(ok, tok, MASK)[..., None]).view(b, w * branch, B)
+    order = torch.sort(lp, dim=1, descending=True, stable=True).indices[:, :width]
+    assert torch.equal(out.child_pos, pos.view(b, -1)) and torch.equal(out.child_tokens, tok.view(b, -1))
+    assert torch.equal(out.child_logprob, lp)
+    has = ok.view(b, -1)
+    assert torch.equal(out.child_states[has], child_states[has])  # a child without a token is never kept
+    assert torch.equal(out.frontier, order)
+    assert torch.equal(out.frontier_logprob, lp.gather(1, order).view(-1))
+    kept = lp.gather(1, order) > float("-inf")
+    assert torch.equal(out.frontier_states.view(b, width, B)[kept],
+                       child_states.gather(1, order[..., None].expand(b, width, B))[kept])
+    assert bool((pos.view(b, w, branch)[:, 1] == -1).all())  # closed nodes (1, 4 has nothing masked, ...) no child
+    assert bool(has.any()) and bool((~has).any())
+
+
+def test_the_default_width_is_the_same_on_every_device():
+    """One tree shape whatever the device: CPU runs count the passes a GPU's tree makes (spot demo and spot project
+    read them), so the CPU path, whose CPU time favours width 1 at large budgets (docs/round.md), keeps WIDTH
+    unless asked; an explicit width is kept everywhere."""
+    from spot.tree import WIDTH
+
+    for device in (torch.device("cpu"), torch.device("cuda")):
+        for static in (None, True, False):
+            assert spot.TreeSettings(static=static).resolved(None, device).width == WIDTH
+            assert spot.TreeSettings(width=1, static=static).resolved(None, device).width == 1
