@@ -20,6 +20,23 @@ def sharp_target(seed=0, scale=0.3, dtype=torch.float64):
     return ModelTarget(model.to(dtype))
 
 
+def target_with_sessions(session_class=None, capturable: bool = False, seed: int = 0):
+    """sharp_target(seed)'s model behind a target whose sessions are `session_class` (a ModelSession subclass;
+    default ModelSession) with `Kernels(capturable=capturable)`: capturable, the pass has a GPU's shapes on a CPU
+    and offers itself to a compiled round (`Session.capturable_pass`)."""
+    from spot.model import Kernels
+    from spot.target import ModelSession
+
+    session_class = session_class or ModelSession
+
+    class SessionTarget(ModelTarget):
+        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
+            return session_class(self, prompts, max_new_tokens, block_size,
+                                 Kernels(self.kernels, backend, capturable=capturable))
+
+    return SessionTarget(sharp_target(seed).model)
+
+
 SMALL = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)
 
 

@@ -6,7 +6,7 @@ import torch
 import spot
 from spot.model import BlockDiffusionLM, KVCache
 import helpers
-from tiny import TINY, sharp_target
+from tiny import TINY, sharp_target, target_with_sessions
 
 B = 4
 
@@ -284,18 +284,6 @@ class _Graphs:
         return run
 
 
-def _target_with_sessions(session_class, capturable: bool = False):
-    """sharp_target()'s model behind a target whose sessions are `session_class` (a ModelSession subclass)."""
-    from spot.model import Kernels
-
-    class SessionTarget(type(sharp_target())):
-        def start(self, prompts, max_new_tokens, block_size, *, backend="auto"):
-            return session_class(self, prompts, max_new_tokens, block_size,
-                                 Kernels(self.kernels, backend, capturable=capturable))
-
-    return SessionTarget(sharp_target().model)
-
-
 def _decode_eager_and(other_target, method, eager_tree=None, other_tree=None, **kw):
     """The same decode by sharp_target() and by `other_target` (dynamo reset, recompiles capped): the two outputs,
     after checking their tokens and commit orders are equal."""
@@ -334,7 +322,7 @@ def test_the_embedded_pass_traces_whole_with_the_eager_tokens(method):
     kw = dict(max_new_tokens=12, block_size=B, temperature=0.0)
     if method == "spot":
         kw.update(drafter=LearnedDrafter(small_model()), budget=4)
-    eager, compiled = _decode_eager_and(_target_with_sessions(CompiledSession), method, **kw)
+    eager, compiled = _decode_eager_and(target_with_sessions(CompiledSession), method, **kw)
     assert compiled.stats.target_passes == eager.stats.target_passes == graphs.calls
     assert 0 < graphs.graphs < graphs.calls  # passes within a block reuse their graph
 
@@ -366,7 +354,7 @@ def test_the_capturable_pass_keeps_one_graph_until_the_cache_grows(method):
     if method == "spot":
         kw.update(drafter=LearnedDrafter(small_model()))
     static = spot.TreeSettings(budget=4, static=True)
-    eager, captured = _decode_eager_and(_target_with_sessions(CapturedSession, capturable=True), method,
+    eager, captured = _decode_eager_and(target_with_sessions(CapturedSession, capturable=True), method,
                                         eager_tree=static, other_tree=static, **kw)
     assert captured.stats.target_passes == eager.stats.target_passes == graphs.calls
     assert graphs.graphs == len(buckets) < graphs.calls
@@ -411,7 +399,7 @@ def test_a_compiled_round_runs_the_embedded_forward_inside_its_graph(method):
     if method == "spot":
         kw.update(drafter=LearnedDrafter(small_model()))
     graphs = _WholePassGraphs()
-    eager, compiled = _decode_eager_and(_target_with_sessions(CapturableSession, capturable=True), method,
+    eager, compiled = _decode_eager_and(target_with_sessions(CapturableSession, capturable=True), method,
                                         eager_tree=spot.TreeSettings(budget=4, static=True),
                                         other_tree=spot.TreeSettings(budget=4, compile=graphs), **kw)
     assert compiled.stats.target_passes == eager.stats.target_passes == len(whole_calls)
