@@ -679,7 +679,7 @@ def test_generate_with_triton_equals_reference(backend, monkeypatch, score_all_n
     want = generate(target, prompts, "confidence", **kw)
 
     calls = {}
-    for op in ("score", "select_children", "verify_tree", "tree_mask", "tree_position_ids"):
+    for op in ("score", "expand_frontier", "verify_tree", "tree_mask", "tree_position_ids"):
         fn = backends.resolve(op, backend.device, "triton")
 
         def counted(*args, _fn=fn, _op=op):
@@ -693,7 +693,7 @@ def test_generate_with_triton_equals_reference(backend, monkeypatch, score_all_n
     assert torch.equal(got.orders, want.orders)
     assert got.stats.target_passes == want.stats.target_passes
     assert any(c > 1 and n > 0 for c, n in got.stats.commits_per_pass.items()), "no drafted commit was accepted"
-    assert set(calls) == {"score", "select_children", "verify_tree", "tree_mask", "tree_position_ids"}, calls
+    assert set(calls) == {"score", "expand_frontier", "verify_tree", "tree_mask", "tree_position_ids"}, calls
 
 
 @gpu_only
@@ -725,7 +725,7 @@ def test_decoder_is_token_identical(backend, temperature, monkeypatch):
 
     target = sharp_target()
     calls = {}
-    for op in ("score", "select_children", "verify_tree"):
+    for op in ("score", "expand_frontier", "verify_tree"):  # a tree depth is one expand_frontier (spot.tree)
         kernel = getattr(torch.ops.spot, f"_{op}_{backend.name}")
 
         def counted(*args, _op=op, _kernel=kernel):
@@ -745,7 +745,7 @@ def test_decoder_is_token_identical(backend, temperature, monkeypatch):
         assert out.tokens == ref.tokens, (method, temperature, block_size)
         assert torch.equal(out.orders, ref.orders)
         assert calls.get("score", 0) > before.get("score", 0)
-    assert calls.get("verify_tree", 0) > 0 and calls.get("select_children", 0) > 0
+    assert calls.get("verify_tree", 0) > 0 and calls.get("expand_frontier", 0) > 0
 
 
 # ======================================================================================================= GPU only
