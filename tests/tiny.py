@@ -37,6 +37,22 @@ def target_with_sessions(session_class=None, capturable: bool = False, seed: int
     return SessionTarget(sharp_target(seed).model)
 
 
+def recording_capturable_target(seed: int = 0):
+    """(target, whole): `target_with_sessions` with capturable kernels, whose sessions append to the list `whole`,
+    at every pass, whether it offered itself to a compiled round (`Session.capturable_pass`)."""
+    from spot.target import ModelSession
+
+    whole = []
+
+    class Recorded(ModelSession):
+        def capturable_pass(self):
+            forward = super().capturable_pass()
+            whole.append(forward is not None)
+            return forward
+
+    return target_with_sessions(Recorded, capturable=True, seed=seed), whole
+
+
 SMALL = OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64)
 
 

@@ -13,7 +13,7 @@ from spot.round import RoundConfig
 from spot.tree import grow_tree
 
 from test_tree import MASK, NodeHashDrafter, stale_features
-from tiny import PROMPTS, sharp_target, small_model, target_with_sessions
+from tiny import PROMPTS, recording_capturable_target, sharp_target, small_model
 
 
 @pytest.fixture(scope="module")
@@ -114,23 +114,13 @@ def test_the_compiled_round_has_no_graph_break_and_the_eager_tokens(target, meth
 def test_the_round_compiles_with_inductor(target):
     """Inductor compiles the round's halves and, for a capturable pass (a GPU's shapes), the whole round with the
     embedded forward inside (what mode="reduce-overhead" captures on CUDA); the tokens and passes are eager's."""
-    from spot.target import ModelSession
-
-    whole = []
-
-    class Recorded(ModelSession):
-        def capturable_pass(self):
-            forward = super().capturable_pass()
-            whole.append(forward is not None)
-            return forward
-
+    recorded, whole = recording_capturable_target()
     torch._dynamo.reset()
     kw = dict(max_new_tokens=16, block_size=8, temperature=1.0, seed=2, eos_id=None)
     drafter = LearnedDrafter(small_model(4))
     eager = spot.generate(target, PROMPTS[:2], "spot", drafter=drafter, tree=spot.TreeSettings(4, static=True), **kw)
     inductor = spot.TreeSettings(4, compile="inductor")
-    compiled = spot.generate(target_with_sessions(Recorded, capturable=True), PROMPTS[:2], "spot", drafter=drafter,
-                             tree=inductor, **kw)
+    compiled = spot.generate(recorded, PROMPTS[:2], "spot", drafter=drafter, tree=inductor, **kw)
     assert compiled.tokens == eager.tokens and compiled.stats.target_passes == eager.stats.target_passes
     assert any(whole) and not all(whole)  # whole rounds, and the halves for the passes that append
 

@@ -383,23 +383,15 @@ def test_a_compiled_round_runs_the_embedded_forward_inside_its_graph(method):
     what a GPU captures and replays (on CUDA with "inductor": mode="reduce-overhead", CUDA graphs). The tokens and
     passes are eager's, and the whole-round graphs are fewer than the blocks: they outlive their block."""
     from spot.order_model import LearnedDrafter
-    from spot.target import ModelSession
-    from tiny import small_model
+    from tiny import recording_capturable_target, small_model
 
-    whole_calls = []
-
-    class CapturableSession(ModelSession):
-        def capturable_pass(self):
-            forward = super().capturable_pass()
-            whole_calls.append(forward is not None)
-            return forward
-
+    recorded, whole_calls = recording_capturable_target()
     blocks = 6
     kw = dict(max_new_tokens=blocks * B, block_size=B, temperature=0.7)
     if method == "spot":
         kw.update(drafter=LearnedDrafter(small_model()))
     graphs = _WholePassGraphs()
-    eager, compiled = _decode_eager_and(target_with_sessions(CapturableSession, capturable=True), method,
+    eager, compiled = _decode_eager_and(recorded, method,
                                         eager_tree=spot.TreeSettings(budget=4, static=True),
                                         other_tree=spot.TreeSettings(budget=4, compile=graphs), **kw)
     assert compiled.stats.target_passes == eager.stats.target_passes == len(whole_calls)
