@@ -6,7 +6,8 @@
 Shapes (issue 20): score at T = 1 and T = 0 for 8 nodes x 32 positions x V = 32,000 float32 logits (goal: cpu at
 least 20x faster than the reference at T = 1), one 151,936-entry row (goal: at most 1 ms), noise_uniform for the
 same 8 x 32 x 32,000 words, select_children for 64 frontier nodes x B = 32 x K = 32, verify_tree for 32 rows x 8
-nodes. One intra-op thread (torch.set_num_threads(1)) so that the numbers do not depend on the machine's load
+nodes, order_logits with the shipped drafter for 1 and 4 draft nodes at B = 16 and 1, 4 and 16 at B = 32 (a CPU tree's
+depth drafts 1 to 4 per row). One intra-op thread (torch.set_num_threads(1)) so that the numbers do not depend on the machine's load
 balance; SPOT_BENCH_THREADS=n changes that.
 """
 
@@ -56,6 +57,26 @@ def _verify_args(b, n, width):
     return (parents, draft_pos, draft_tokens, target_pos, target_tokens, torch.zeros(b, width, dtype=I64))
 
 
+def _order_args(nodes, block=32):
+    """The shipped drafter's op arguments for `nodes` draft nodes of one stale row (random stale inputs, about
+    half the positions masked, as mid-block)."""
+    from spot import load_drafter
+    from spot.order_model import pack_order_weights
+
+    model = load_drafter().model
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(3 * torch.randn(1, block, cfg.top_k, generator=g), -1).sort(-1, descending=True).values
+    stale_masked = torch.rand(1, block, generator=g) < 0.7
+    with torch.no_grad():
+        stale = model.stale_inputs(probs, torch.rand(1, block, generator=g), stale_masked,
+                                   torch.randint(0, cfg.vocab_size, (1, block), generator=g))
+    node_masked = stale_masked & (torch.rand(nodes, block, generator=g) < 0.8)
+    return (stale.features, stale.masked, stale.tokens, torch.zeros(nodes, dtype=I64), node_masked,
+            torch.arange(nodes, dtype=I64) % 4, torch.rand(1, block, generator=g), pack_order_weights(model),
+            cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth, 1.25)
+
+
 CASES = {
     "score-T1-8x32x32000": ("score", lambda: _score_args(8, 32, 32000, 1.0)),
     "score-T0-8x32x32000": ("score", lambda: _score_args(8, 32, 32000, 0.0)),
@@ -64,6 +85,11 @@ CASES = {
     "noise-8x32x32000": ("noise_uniform", lambda: _noise_args(8, 32, 32000)),
     "select_children-F64-B32-K32-k4": ("select_children", lambda: _children_args(64, 32, 32, 4)),
     "verify_tree-b32-N8-B32": ("verify_tree", lambda: _verify_args(32, 8, 32)),
+    "order_logits-N1-B16": ("order_logits", lambda: _order_args(1, 16)),
+    "order_logits-N4-B16": ("order_logits", lambda: _order_args(4, 16)),
+    "order_logits-N1-B32": ("order_logits", lambda: _order_args(1)),
+    "order_logits-N4-B32": ("order_logits", lambda: _order_args(4)),
+    "order_logits-N16-B32": ("order_logits", lambda: _order_args(16)),
 }
 
 

@@ -1,10 +1,14 @@
 // spot::_order_logits_cpu: the order drafter's whole forward for N draft nodes on the CPU (docs/ops.md, "Order
 // drafter forward"; the oracle is spot_kernels/reference/order_logits.py).
 //
-// The reference's ATen operations, in the same order on the same shapes and strides, called from C++: one dispatcher
-// entry from Python instead of about 100 (the drafter's Python modules, once per tree depth), and below autograd (a
-// kernel under the CPU key needs no graph). The arithmetic is ATen's own (its GEMMs, LayerNorm, SDPA), so the logits
-// equal the reference's bit for bit on the same machine; what this saves is the per-op Python and dispatch time.
+// The reference's operations, in the same order on the same shapes, called from C++: one dispatcher entry from Python
+// instead of about 100 (the drafter's Python modules, once per tree depth), and below autograd (a kernel under the
+// CPU key needs no graph). The linears run through oneDNN where PyTorch has it (`mkldnn::_linear_pointwise`, the op
+// torch.compile's CPU backend calls), the GELU and the residual adds fused into them: PyTorch's fp32 at::linear
+// calls MKL, which runs AVX2 code on AMD CPUs, and ATen's GELU is a separate pass over the FF activations; oneDNN's
+// AVX-512 GEMM is about 2x faster at the drafter's shapes (docs/round.md). Both are float32 dot products summed in a
+// library's order, so the logits equal the reference's to float32 rounding (the op's tests hold the CPU kernel to
+// the Triton kernel's tolerance); every row's result is independent of the other rows in the call.
 //
 // Weights: one flat float32 tensor in the order of spot_kernels.ops.order_logits.weight_layout; the views below
 // walk it in that order.
@@ -12,7 +16,10 @@
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include <optional>
+#include <string_view>
 
 #include "common.h"
 
@@ -38,6 +45,46 @@ class WeightCursor {
   int64_t at_ = 0;
 };
 
+// y = act(x W^T + b) (+ residual): oneDNN's fused linear where PyTorch registers it, else at::linear. `gelu`: the
+// exact (erf) GELU, as F.gelu.
+class Linear {
+ public:
+  Linear() {
+    auto& dispatcher = c10::Dispatcher::singleton();
+    if (auto op = dispatcher.findOp({"mkldnn::_linear_pointwise", ""}); op && op->hasKernelForDispatchKey(c10::DispatchKey::CPU))
+      unary_ = op->typed<Unary>();
+    if (auto op = dispatcher.findOp({"mkldnn::_linear_pointwise", "binary"});
+        op && op->hasKernelForDispatchKey(c10::DispatchKey::CPU))
+      binary_ = op->typed<Binary>();
+  }
+
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool gelu = false) const {
+    if (unary_ && wide(x))
+      return unary_->call(x, w, b, gelu ? "gelu" : "none", c10::List<std::optional<at::Scalar>>(),
+                          gelu ? std::optional<std::string_view>("none") : std::nullopt);
+    const at::Tensor y = at::linear(x, w, b);
+    return gelu ? at::gelu(y) : y;
+  }
+
+  // residual + x W^T + b
+  at::Tensor add(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const {
+    if (binary_ && wide(x)) return binary_->call(x, residual, w, b, "add");
+    return residual + at::linear(x, w, b);
+  }
+
+ private:
+  // Below 48 rows (one node of a 16-position block, or of 32) MKL's GEMM was as fast or faster here
+  // (`python bench/bench_cpu.py`, the order_logits cases): oneDNN pays off from a few nodes on.
+  static bool wide(const at::Tensor& x) { return x.numel() >= 48 * x.size(-1); }
+
+  using Unary = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, std::string_view,
+                           c10::List<std::optional<at::Scalar>>, std::optional<std::string_view>);
+  using Binary = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                            std::string_view);
+  std::optional<c10::TypedOperatorHandle<Unary>> unary_;
+  std::optional<c10::TypedOperatorHandle<Binary>> binary_;
+};
+
 at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_masked,
                             const std::optional<at::Tensor>& tokens, const at::Tensor& node_row,
                             const at::Tensor& node_masked, const at::Tensor& depth,
@@ -45,6 +92,7 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
                             int64_t n_layers, int64_t n_heads, int64_t d_ff, int64_t max_block, int64_t max_depth,
                             double scale) {
   at::AutoDispatchBelowADInplaceOrView below_autograd;  // no autograd graph inside a kernel
+  static const Linear linear;  // the operator lookup, once per process
   const int64_t n = node_masked.size(0);
   const int64_t block = node_masked.size(1);
   const int64_t n_inputs = features.size(2) + 3 + (resampled.has_value() ? 2 : 0);
@@ -72,7 +120,7 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
     cols.push_back(r.clamp_min(1e-6).log().unsqueeze(-1) / 14.0);
   }
   const at::Tensor feats = at::cat({features.index_select(0, node_row), at::cat(cols, -1)}, -1);
-  at::Tensor x = at::linear(feats, inp_w, inp_b);
+  at::Tensor x = linear(feats.contiguous(), inp_w, inp_b);
 
   const at::Tensor j = at::arange(block, node_row.options());
   const at::Tensor first =
@@ -82,6 +130,11 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
       at::embedding(depth_w, depth.clamp(0, max_depth - 1)).unsqueeze(1);
   if (tokens.has_value()) x = x + at::linear(tokens->index_select(0, node_row), tok_w);
 
+  // Only the masked positions' logits are read: after the last layer's attention (which reads every position's keys
+  // and values), the rest of the forward runs on the masked positions' rows alone, [M, d_model] (M = masked
+  // positions over the N nodes). Each row's arithmetic is the same as over all N * B rows.
+  const at::Tensor masked_rows = node_masked.reshape({-1}).nonzero().squeeze(1);
+  const int64_t m = masked_rows.size(0);
   for (int64_t layer = 0; layer < n_layers; ++layer) {
     const at::Tensor n1_w = w.next({d_model}), n1_b = w.next({d_model});
     const at::Tensor qkv_w = w.next({3 * d_model, d_model}), qkv_b = w.next({3 * d_model});
@@ -89,20 +142,30 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
     const at::Tensor n2_w = w.next({d_model}), n2_b = w.next({d_model});
     const at::Tensor ff1_w = w.next({d_ff, d_model}), ff1_b = w.next({d_ff});
     const at::Tensor ff2_w = w.next({d_model, d_ff}), ff2_b = w.next({d_model});
+    if (layer == n_layers - 1 && m == 0) break;  // no masked position: nothing left to compute
     at::Tensor h = at::layer_norm(x, {d_model}, n1_w, n1_b);
-    const at::Tensor qkv = at::linear(h, qkv_w, qkv_b).view({n, block, 3, n_heads, head_dim}).permute({2, 0, 3, 1, 4});
+    const at::Tensor qkv = linear(h, qkv_w, qkv_b).view({n, block, 3, n_heads, head_dim}).permute({2, 0, 3, 1, 4});
     const at::Tensor a = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);  // bidirectional over the block
-    x = x + at::linear(a.transpose(1, 2).reshape({n, block, d_model}), out_w, out_b);
+    at::Tensor mixed = a.transpose(1, 2).reshape({n * block, d_model});
+    x = x.reshape({n * block, d_model});
+    if (layer == n_layers - 1) {
+      mixed = mixed.index_select(0, masked_rows);
+      x = x.index_select(0, masked_rows);
+    }
+    x = linear.add(x, mixed, out_w, out_b);
     h = at::layer_norm(x, {d_model}, n2_w, n2_b);
-    h = at::gelu(at::linear(h, ff1_w, ff1_b));
-    x = x + at::linear(h, ff2_w, ff2_b);
+    x = linear.add(x, linear(h, ff1_w, ff1_b, /*gelu=*/true), ff2_w, ff2_b);
+    if (layer < n_layers - 1) x = x.view({n, block, d_model});
   }
   const at::Tensor norm_w = w.next({d_model}), norm_b = w.next({d_model});
   const at::Tensor head_w = w.next({1, d_model}), head_b = w.next({1});
   TORCH_CHECK_VALUE(w.used() == weights.size(0), "spot.order_logits: weights hold more values than the layout needs");
-  const at::Tensor logits = at::linear(at::layer_norm(x, {d_model}, norm_w, norm_b), head_w, head_b).squeeze(-1);
-  const at::Tensor out = logits.masked_fill(at::logical_not(node_masked), -std::numeric_limits<float>::infinity());
-  return scale == 1.0 ? out : out.mul(scale);
+  at::Tensor out = at::full({n, block}, -std::numeric_limits<float>::infinity(), features.options());
+  if (m == 0) return out;
+  at::Tensor logits = at::linear(at::layer_norm(x, {d_model}, norm_w, norm_b), head_w, head_b).squeeze(-1);
+  if (scale != 1.0) logits = logits.mul(scale);
+  out.view({-1}).index_copy_(0, masked_rows, logits);
+  return out;
 }
 
 }  // namespace

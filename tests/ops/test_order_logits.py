@@ -8,8 +8,10 @@ chunk by chunk, its own LayerNorm and softmax reductions). Such differences scal
 summed, so the bound is relative to each call's logit scale s = max(1, max |logit|): |triton - reference| <=
 LOGIT_TOL * s. Measured on these inputs (Triton interpreter): 5.0e-6 at s = 6.5 for the test models (weights twice
 PyTorch's init), 3.6e-7 at s = 1.9 at the init's scale, 1.7e-5 at s = 13.5 for the shipped drafter, i.e. at most
-1.3e-6 * s; LOGIT_TOL = 1e-5 leaves 8x room, far below the gaps a tree's ranking reads. The C++ CPU kernel calls
-the reference's ATen operations on the same shapes and strides, so it is held to equality.
+1.3e-6 * s; LOGIT_TOL = 1e-5 leaves 8x room, far below the gaps a tree's ranking reads. The C++ CPU kernel runs its linears
+through oneDNN (GELU and residual adds fused) where the reference's F.linear calls MKL, and finishes the last layer
+on the masked positions' rows alone: float32 dots summed in another library's order, so it is held to the same
+bound (measured here: at most 1.3e-6 * s, the shipped drafter and the test models, blocks 1 to 64, 1 to 40 nodes).
 """
 
 import pytest
@@ -91,10 +93,7 @@ def test_order_logits_matches_reference(backend, tokens, resampled, block, n):
     assert out.dtype == torch.float32 and out.shape == (n, block)
     assert torch.equal(torch.isinf(out), ~args[4]) and torch.equal(torch.isinf(ref.cpu()), ~args[4])
     assert bool(torch.isfinite(ref.cpu()[args[4]]).all())
-    if backend.name == "cpu":
-        assert torch.equal(out, ref)
-    else:
-        assert_logits_close(out, ref.cpu())
+    assert_logits_close(out, ref.cpu())
 
 
 @pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
@@ -103,10 +102,7 @@ def test_order_logits_of_the_shipped_drafter(backend):
     m = spot.load_drafter().model
     args, _ = inputs(m, 4, 32, seed=7)
     out, ref = backend.both("order_logits", *backend.to(*args))
-    if backend.name == "cpu":
-        assert torch.equal(out, ref)
-    else:
-        assert_logits_close(out.cpu(), ref.cpu())
+    assert_logits_close(out.cpu(), ref.cpu())
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton", "cpu"], indirect=True)
@@ -132,6 +128,17 @@ def test_no_nodes():
     args, _ = inputs(m, 3, 8, seed=1)
     none = (args[0], args[1], args[2], args[3][:0], args[4][:0], args[5][:0], *args[6:])
     assert spot_kernels.order_logits(*none).shape == (0, 8)
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton", "cpu"], indirect=True)
+def test_nodes_with_nothing_masked_get_minus_infinity(backend):
+    """Every node fully committed: no position to draft, all -inf (the CPU kernel skips its last layer's rows)."""
+    m = model(True, True)
+    args, _ = inputs(m, 3, 16, seed=5)
+    args = list(backend.to(*args))
+    args[4] = torch.zeros_like(args[4])
+    out = backend.run("order_logits", *args).cpu()
+    assert out.shape == (3, 16) and bool((out == float("-inf")).all())
 
 
 def test_the_weight_layout_is_the_models_parameters():
