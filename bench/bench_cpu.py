@@ -50,10 +50,12 @@ def _children_args(frontier, block, top, k):
 def _verify_args(b, n, width):
     g = torch.Generator().manual_seed(0)
     parents = torch.cat([torch.full((b, 1), -1), torch.arange(n - 1).expand(b, n - 1)], dim=1)  # a chain
-    target_pos = torch.randint(0, width, (b, n), generator=g)
+    # distinct positions along each chain (a path commits a position once), every draft the target's commit
+    target_pos = torch.stack([torch.randperm(width, generator=g)[:n] for _ in range(b)])
     target_tokens = torch.randint(0, 100, (b, n), generator=g)
-    draft_pos = torch.cat([target_pos[:, :1], target_pos[:, :-1]], dim=1)
-    draft_tokens = torch.cat([target_tokens[:, :1], target_tokens[:, :-1]], dim=1)
+    none = torch.full((b, 1), -1)
+    draft_pos = torch.cat([none, target_pos[:, :-1]], dim=1)
+    draft_tokens = torch.cat([none, target_tokens[:, :-1]], dim=1)
     return (parents, draft_pos, draft_tokens, target_pos, target_tokens, torch.zeros(b, width, dtype=I64))
 
 
