@@ -6,9 +6,9 @@
 Shapes (issue 20): score at T = 1 and T = 0 for 8 nodes x 32 positions x V = 32,000 float32 logits (goal: cpu at
 least 20x faster than the reference at T = 1), one 151,936-entry row (goal: at most 1 ms), noise_uniform for the
 same 8 x 32 x 32,000 words, select_children for 64 frontier nodes x B = 32 x K = 32, verify_tree for 32 rows x 8
-nodes, order_logits with the shipped drafter for 1 and 4 draft nodes at B = 16 and 1, 4 and 16 at B = 32 (a CPU tree's
-depth drafts 1 to 4 per row). One intra-op thread (torch.set_num_threads(1)) so that the numbers do not depend on the machine's load
-balance; SPOT_BENCH_THREADS=n changes that.
+nodes, order_logits with the shipped drafter for 1 and 4 draft nodes at B = 16 and 1, 4 and 16 at B = 32 (a CPU
+tree's depth drafts 1 to 4 per row). One intra-op thread (torch.set_num_threads(1)) so that the numbers do not
+depend on the machine's load balance; SPOT_BENCH_THREADS=n changes that.
 """
 
 import os
