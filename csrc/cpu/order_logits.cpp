@@ -3,12 +3,12 @@
 //
 // The reference's operations, in the same order on the same shapes, called from C++: one dispatcher entry from Python
 // instead of about 100 (the drafter's Python modules, once per tree depth), and below autograd (a kernel under the
-// CPU key needs no graph). The linears run through oneDNN where PyTorch has it (`mkldnn::_linear_pointwise`, the op
-// torch.compile's CPU backend calls), the GELU and the residual adds fused into them: PyTorch's fp32 at::linear
-// calls MKL, which runs AVX2 code on AMD CPUs, and ATen's GELU is a separate pass over the FF activations; oneDNN's
-// AVX-512 GEMM is about 2x faster at the drafter's shapes (docs/round.md). Both are float32 dot products summed in a
-// library's order, so the logits equal the reference's to float32 rounding (the op's tests hold the CPU kernel to
-// the Triton kernel's tolerance); every row's result is independent of the other rows in the call.
+// CPU key needs no graph). From 48 rows on, the linears run through oneDNN where PyTorch has it
+// (`mkldnn::_linear_pointwise`, the op torch.compile's CPU backend calls), the GELU and the residual adds fused into
+// them: on this project's AMD EPYC, oneDNN's float32 GEMM ran the drafter's shapes about 1.9x faster than the MKL
+// GEMM behind at::linear from 128 rows on, and ATen's GELU is a pass of its own (docs/round.md). Both sum float32
+// products in their library's order, so the logits agree with the reference to float32 rounding (the op's tests
+// hold the CPU kernel to the Triton kernel's bound), not bit for bit.
 //
 // Weights: one flat float32 tensor in the order of spot_kernels.ops.order_logits.weight_layout; the views below
 // walk it in that order.
@@ -51,7 +51,8 @@ class Linear {
  public:
   Linear() {
     auto& dispatcher = c10::Dispatcher::singleton();
-    if (auto op = dispatcher.findOp({"mkldnn::_linear_pointwise", ""}); op && op->hasKernelForDispatchKey(c10::DispatchKey::CPU))
+    if (auto op = dispatcher.findOp({"mkldnn::_linear_pointwise", ""});
+        op && op->hasKernelForDispatchKey(c10::DispatchKey::CPU))
       unary_ = op->typed<Unary>();
     if (auto op = dispatcher.findOp({"mkldnn::_linear_pointwise", "binary"});
         op && op->hasKernelForDispatchKey(c10::DispatchKey::CPU))
@@ -73,8 +74,9 @@ class Linear {
   }
 
  private:
-  // Below 48 rows (one node of a 16-position block, or of 32) MKL's GEMM was as fast or faster here
-  // (`python bench/bench_cpu.py`, the order_logits cases): oneDNN pays off from a few nodes on.
+  // Below 48 rows (one node of a 16- or 32-position block) MKL's GEMM was as fast or faster here (the order_logits
+  // cases of bench/bench_cpu.py, timed against this kernel with oneDNN throughout): oneDNN pays off from a few
+  // nodes on.
   static bool wide(const at::Tensor& x) { return x.numel() >= 48 * x.size(-1); }
 
   using Unary = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, std::string_view,
@@ -132,7 +134,7 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
 
   // Only the masked positions' logits are read: after the last layer's attention (which reads every position's keys
   // and values), the rest of the forward runs on the masked positions' rows alone, [M, d_model] (M = masked
-  // positions over the N nodes). Each row's arithmetic is the same as over all N * B rows.
+  // positions over the N nodes): the same operations per row as over all N * B rows.
   const at::Tensor masked_rows = node_masked.reshape({-1}).nonzero().squeeze(1);
   const int64_t m = masked_rows.size(0);
   for (int64_t layer = 0; layer < n_layers; ++layer) {
