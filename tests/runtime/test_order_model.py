@@ -341,7 +341,9 @@ def test_token_inputs_widen_a_drafter_and_read_the_stale_top1_ids():
                                confidence=inputs[1], masked=inputs[2], block_start=torch.zeros(5, dtype=torch.long),
                                block_index=0)
     rows = torch.tensor([4, 0, 0])
-    got = LearnedDrafter(wide).position_logits(stale, inputs[3][rows], rows, inputs[4][rows])
+    # the reference backend performs the model's operations, so bit for bit (the CPU kernel agrees with it to float32
+    # rounding: tests/ops/test_order_logits.py)
+    got = LearnedDrafter(wide, backend="reference").position_logits(stale, inputs[3][rows], rows, inputs[4][rows])
     with torch.no_grad():
         want = wide(inputs[0][rows], inputs[1][rows], inputs[2][rows], inputs[3][rows], inputs[4][rows], None,
                     topk_ids[rows, :, 0])
@@ -407,11 +409,13 @@ def test_spot_with_learned_drafter_equals_standard(target, block_size, sharpness
 def test_per_pass_inputs_give_the_per_node_logits_bit_for_bit(temperature):
     """LearnedDrafter computes what depends on the stale pass once per pass (and the resampled probabilities once
     per sequence and step), then gathers them per node: the logits equal the per-node `OrderModel.forward`'s, bit
-    for bit, at every depth of a tree drafted from the same stale features, and a new StaleFeatures is re-read."""
+    for bit, at every depth of a tree drafted from the same stale features, and a new StaleFeatures is re-read. The
+    drafter runs the op's reference backend, which performs the model's operations (the CPU kernel agrees with it to
+    float32 rounding: tests/ops/test_order_logits.py)."""
     torch.manual_seed(1)
     model = OrderModel(OrderModelConfig(d_model=32, n_layers=1, n_heads=4, d_ff=64, resampled=True,
                                        token_buckets=64)).eval()
-    drafter = LearnedDrafter(model)
+    drafter = LearnedDrafter(model, backend="reference")
     b, B, K = 3, 16, 32
 
     def stale_of(seed):
