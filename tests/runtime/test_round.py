@@ -157,4 +157,10 @@ def test_bench_reports_the_decoders_ops_and_syncs_per_pass(target):
     assert spot_counts["draft"]["ops"] > standard_counts["draft"]["ops"] > 0
     assert spot_counts["draft"]["syncs"] == 0 and spot_counts["decoder"]["syncs"] <= 1.5
     assert spot_counts["target"]["ops"] > 0
-    assert "decoder ops / host syncs" in format_report(report)
+    text = format_report(report)
+    assert "decoder ops / host syncs" in text
+    # beside them, drafting's share of the decode's stage seconds (the round's CPU measure, docs/round.md)
+    stages = report["methods"]["spot"]["stage_seconds"]
+    share = stages["draft"] / sum(stages.values())
+    (spot_row,) = [line for line in text.splitlines()[-2:] if line.startswith("spot ")]
+    assert 0 < share < 1 and f"{share:.1%}" in spot_row

@@ -213,13 +213,17 @@ def format_report(report: dict) -> str:
     counted = [(name, b, r["dispatch_per_pass"]) for name, b, r in rows if "dispatch_per_pass" in r]
     if counted:
         lines.append("per target pass, the first batch (spot.lab.dispatch_count): decoder ops / host syncs outside the "
-                     "target's forward, by stage, beside wall clock")
-        lines.append(f"{'method':<{w}} {'budget':>6} {'ms/pass':>8} {'ops':>7} {'syncs':>6}  "
+                     "target's forward, by stage, beside wall clock (ms per pass; draft%: drafting's share of the "
+                     "decode's stage seconds, drafting / (drafting + target + verification))")
+        lines.append(f"{'method':<{w}} {'budget':>6} {'ms/pass':>8} {'draft%':>7} {'ops':>7} {'syncs':>6}  "
                      + " ".join(f"{s:>13}" for s in STAGE_COLUMNS))
         for name, b, d in counted:
             r = report["methods"][name] if b in ("", budget) else report["by_budget"][str(b)][name]
             ms = 1e3 * r["seconds"] / r["target_passes"] if r["target_passes"] else float("nan")
-            lines.append(f"{name:<{w}} {b:>6} {ms:>8.2f} {d['decoder']['ops']:>7.0f} {d['decoder']['syncs']:>6.2f}  "
+            stages = sum(r["stage_seconds"].values())
+            share = r["stage_seconds"].get("draft", 0.0) / stages if stages else float("nan")
+            lines.append(f"{name:<{w}} {b:>6} {ms:>8.2f} {share:>7.1%} {d['decoder']['ops']:>7.0f} "
+                         f"{d['decoder']['syncs']:>6.2f}  "
                          + " ".join(f"{d[s]['ops']:>7.0f}/{d[s]['syncs']:<5.2f}" for s in STAGE_COLUMNS))
     return "\n".join(lines)
 
