@@ -19,7 +19,7 @@ import time
 from collections import Counter
 
 import spot
-from spot.lab.bench import check_writable, write_json
+from spot.lab.bench import check_writable, draft_share, write_json
 from spot.prompts import held_out_prompts
 
 
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
             row = table[w] = {
                 "target_passes": r["target_passes"], "cpu_seconds": r["cpu_seconds"],
                 "stage_seconds": {k: v / a.repeats for k, v in st.items()},
-                "draft_share": st["draft"] / sum(st.values()),
+                "draft_share": draft_share(st),
                 "nodes_per_pass": r["nodes"] / r["target_passes"],
                 "exact_vs_first_width": r["tokens"] == first}
             print(f"  width {w}: passes {row['target_passes']:>5}  cpu {row['cpu_seconds']:7.2f} s  "

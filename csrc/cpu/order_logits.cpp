@@ -122,7 +122,7 @@ at::Tensor order_logits_cpu(const at::Tensor& features, const at::Tensor& stale_
     cols.push_back(r.clamp_min(1e-6).log().unsqueeze(-1) / 14.0);
   }
   const at::Tensor feats = at::cat({features.index_select(0, node_row), at::cat(cols, -1)}, -1);
-  at::Tensor x = linear(feats.contiguous(), inp_w, inp_b);
+  at::Tensor x = linear(feats, inp_w, inp_b);
 
   const at::Tensor j = at::arange(block, node_row.options());
   const at::Tensor first =

@@ -220,15 +220,20 @@ def format_report(report: dict) -> str:
         for name, b, d in counted:
             r = report["methods"][name] if b in ("", budget) else report["by_budget"][str(b)][name]
             ms = 1e3 * r["seconds"] / r["target_passes"] if r["target_passes"] else float("nan")
-            stages = sum(r["stage_seconds"].values())
-            share = r["stage_seconds"].get("draft", 0.0) / stages if stages else float("nan")
-            lines.append(f"{name:<{w}} {b:>6} {ms:>8.2f} {share:>7.1%} {d['decoder']['ops']:>7.0f} "
-                         f"{d['decoder']['syncs']:>6.2f}  "
+            lines.append(f"{name:<{w}} {b:>6} {ms:>8.2f} {draft_share(r['stage_seconds']):>7.1%} "
+                         f"{d['decoder']['ops']:>7.0f} {d['decoder']['syncs']:>6.2f}  "
                          + " ".join(f"{d[s]['ops']:>7.0f}/{d[s]['syncs']:<5.2f}" for s in STAGE_COLUMNS))
     return "\n".join(lines)
 
 
 STAGE_COLUMNS = ("draft", "score", "verify", "stale", "bookkeeping")
+
+
+def draft_share(stage_seconds) -> float:
+    """Drafting's share of a decode's stage seconds (DecodeStats.stage_seconds): drafting / (drafting + target +
+    verification), the round's CPU measure (docs/round.md); NaN when no stage was timed."""
+    total = sum(stage_seconds.values())
+    return stage_seconds.get("draft", 0.0) / total if total else float("nan")
 
 
 def _check_prompts_and_batch(prompts, batch_size) -> None:
