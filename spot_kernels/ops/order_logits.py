@@ -9,6 +9,9 @@ weights travel as one flat float32 tensor in the order `weight_layout` lists (bu
 
 from __future__ import annotations
 
+import functools
+import types
+
 import torch
 
 from .. import checks
@@ -45,6 +48,18 @@ def weight_layout(n_inputs: int, d_model: int, n_layers: int, d_ff: int, max_blo
 
 def weight_count(layout) -> int:
     return sum(_numel(shape) for _, shape in layout)
+
+
+@functools.cache
+def weight_offsets(n_inputs: int, d_model: int, n_layers: int, d_ff: int, max_block: int, max_depth: int,
+                   token_dim: int = 0) -> types.MappingProxyType:
+    """Where each piece of `weight_layout` starts in the packed weights, and "end": their total. Cached, read-only:
+    the check and the Triton launch ask once per call, and building the layout costs about as much as a small op."""
+    at, start = 0, {}
+    for name, shape in weight_layout(n_inputs, d_model, n_layers, d_ff, max_block, max_depth, token_dim):
+        start[name] = at
+        at += _numel(shape)
+    return types.MappingProxyType({**start, "end": at})
 
 
 def _numel(shape) -> int:
@@ -124,7 +139,10 @@ def check(features, stale_masked, tokens, node_row, node_masked, depth, resample
         raise ValueError(f"spot.{op}: scale must be a finite float > 0, got {scale!r}")
     checks.tensor(op, "weights", weights, (torch.float32,), ndim=1)
     n_inputs = n_stale + NODE_COLUMNS + (RESAMPLED_COLUMNS if resampled is not None else 0)
-    expected = weight_count(weight_layout(n_inputs, d_model, n_layers, d_ff, max_block, max_depth, token_dim))
+    sizes = (n_inputs, d_model, n_layers, d_ff, max_block, max_depth, token_dim)
+    # symbolic sizes (torch.compile's tracing) cannot key the cache
+    expected = (weight_offsets(*sizes)["end"] if all(type(s) is int for s in sizes)
+                else weight_count(weight_layout(*sizes)))
     if weights.shape[0] != expected:
         raise ValueError(f"spot.{op}: weights must hold {expected} float32 values (weight_layout with {n_inputs} "
                          f"input columns, d_model {d_model}, n_layers {n_layers}, d_ff {d_ff}, max_block "

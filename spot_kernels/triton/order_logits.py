@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..ops.order_logits import NODE_COLUMNS, RESAMPLED_COLUMNS, weight_layout
+from ..ops.order_logits import NODE_COLUMNS, RESAMPLED_COLUMNS, weight_offsets
 from ._common import NEG_INF, next_pow2, on_device
 
 _EPS = 1e-5  # nn.LayerNorm's default
@@ -145,15 +145,6 @@ def _order_logits_kernel(
     tl.store(out_ptr + n * B + j, tl.where(node_m, logit, NEG_INF) * out_scale, mask=j_ok)
 
 
-def _offsets(layout) -> dict[str, int]:
-    """Start of each named piece in the packed weights."""
-    out, at = {}, 0
-    for name, shape in layout:
-        out[name] = at
-        at += math.prod(shape)
-    return out
-
-
 def order_logits(features, stale_masked, tokens, node_row, node_masked, depth, resampled, weights, d_model: int,
                  n_layers: int, n_heads: int, d_ff: int, max_block: int, max_depth: int,
                  scale: float = 1.0) -> torch.Tensor:
@@ -164,7 +155,7 @@ def order_logits(features, stale_masked, tokens, node_row, node_masked, depth, r
     n_stale = features.shape[2]
     n_inputs = n_stale + NODE_COLUMNS + (RESAMPLED_COLUMNS if resampled is not None else 0)
     token_dim = tokens.shape[2] if tokens is not None else 0
-    at = _offsets(weight_layout(n_inputs, d_model, n_layers, d_ff, max_block, max_depth, token_dim))
+    at = weight_offsets(n_inputs, d_model, n_layers, d_ff, max_block, max_depth, token_dim)
     layer_size = (at["layers.1.norm1.weight"] if n_layers > 1 else at["norm.weight"]) - at["layers.0.norm1.weight"]
     head_dim = d_model // n_heads
     placeholder = features  # an unread pointer for an absent optional input

@@ -15,13 +15,15 @@ library's order, so it is held to the same bound (measured here: at most 1.3e-6 
 test models, blocks 1 to 64, 1 to 40 nodes).
 """
 
+import math
+
 import pytest
 import torch
 
 import spot
 import spot_kernels
 from spot.order_model import OrderModel, OrderModelConfig, pack_order_weights
-from spot_kernels.ops.order_logits import weight_count, weight_layout
+from spot_kernels.ops.order_logits import weight_count, weight_layout, weight_offsets
 
 LOGIT_TOL = 1e-5
 
@@ -152,6 +154,12 @@ def test_the_weight_layout_is_the_models_parameters():
         params.pop("tok.weight", None)  # the token embedding is looked up once per pass, outside the op
         assert {name: tuple(p.shape) for name, p in params.items()} == dict(layout)
         assert pack_order_weights(m).shape == (weight_count(layout),)
+        # weight_offsets (cached, read by the check and the Triton kernel) is the running total of the layout
+        offsets = weight_offsets(cfg.n_features, cfg.d_model, cfg.n_layers, cfg.d_ff, cfg.max_block, cfg.max_depth,
+                                 cfg.token_dim if tokens else 0)
+        sizes = [math.prod(shape) for _, shape in layout]
+        assert [offsets[name] for name, _ in layout] == [sum(sizes[:i]) for i in range(len(sizes))]
+        assert offsets["end"] == weight_count(layout)
 
 
 @pytest.mark.parametrize("change, error, match", [
