@@ -11,7 +11,8 @@ from . import registry
 from .extension import HAS_C_EXTENSION
 from .backends import BackendUnavailable, available_backends
 from .ops import OPS
-from .ops.expand_frontier import Expansion, expand_frontier
+from .ops.commit_rule import commit_rule
+from .ops.expand_frontier import Expansion, StepExpansion, expand_frontier, expand_steps
 from .ops.noise import noise_uniform
 from .ops.order_logits import order_logits
 from .ops.score import CONFIDENCE_KINDS, ScoreOutput, score
@@ -24,7 +25,7 @@ from .ops.tree_attention import (
     tree_mask_packed,
     tree_position_ids,
 )
-from .ops.verify_tree import VerifyOutput, verify_tree
+from .ops.verify_tree import StepsOutput, VerifyOutput, verify_steps, verify_tree
 
 _libraries = registry.register(OPS.values())  # kept alive: registrations die with them
 
@@ -35,9 +36,13 @@ __all__ = [
     "Expansion",
     "HAS_C_EXTENSION",
     "ScoreOutput",
+    "StepExpansion",
+    "StepsOutput",
     "VerifyOutput",
     "available_backends",
+    "commit_rule",
     "expand_frontier",
+    "expand_steps",
     "noise_uniform",
     "order_logits",
     "score",
@@ -48,5 +53,6 @@ __all__ = [
     "tree_mask_mod",
     "tree_mask_packed",
     "tree_position_ids",
+    "verify_steps",
     "verify_tree",
 ]

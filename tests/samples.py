@@ -27,6 +27,23 @@ def sample_args(op: str) -> tuple:
         t = torch.tensor
         return (t([[-1, 0, 1]]), t([[0, 1, 2]]), t([[0, 10, 20]]), t([[1, 2, 3]]), t([[10, 20, 30]]),
                 torch.zeros(1, 4, dtype=I64))
+    if op == "commit_rule":  # 2 x 3 nodes, B 5: threshold 0.3 with a quota of 2 at step 1 (spot.rules' layout)
+        quota = torch.tensor([[1] * 6, [2] * 6])
+        thresholds = torch.full((6, 5), 0.3, dtype=torch.float64)
+        return (torch.rand(2, 3, 5, generator=g), torch.rand(2, 3, 5, generator=g) < 0.7,
+                torch.tensor([[0, 1, 2], [1, 0, 3]]), quota, thresholds, False)
+    if op == "verify_steps":  # 1 row, 4 nodes, B 4: node 1 is the root's successor, node 3 node 1's, node 2 not
+        m = 9
+        states = torch.tensor([[[m, m, m, m], [5, m, 6, m], [5, m, m, 7], [5, 8, 6, m]]])
+        commit = torch.tensor([[[True, False, True, False], [False, True, False, False], [False] * 4,
+                                [False, False, False, True]]])
+        tokens = torch.tensor([[[5, 1, 6, 2], [0, 8, 3, 4], [1, 2, 3, 4], [7, 7, 7, 3]]])
+        return (torch.tensor([[-1, 0, 0, 1]]), states, commit, tokens)
+    if op == "expand_steps":  # expand_frontier's sample with a size distribution per frontier node
+        args = sample_args("expand_frontier")
+        sizes = torch.log_softmax(torch.randn(4, 5, generator=g), -1)
+        sizes[:, 0] = float("-inf")
+        return args[:3] + (sizes,) + args[3:]
     if op == "tree_attention":
         b, hq, hkv, n, block, prefix, dim = 2, 4, 2, 3, 2, 5, 4
         return (torch.randn(b, hq, n, block, dim, generator=g), torch.randn(b, hkv, prefix, dim, generator=g),

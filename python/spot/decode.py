@@ -22,6 +22,7 @@ from . import limits
 from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, drafter_limits
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
 from .round import RoundConfig, RoundFunctions, compiled
+from .rules import CommitRule, parse_rule
 from .target import Target, warn_if_not_batch_invariant
 from .settings import Batching, TreeSettings
 
@@ -62,7 +63,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
              budget: int | None = None, tree: TreeSettings | None = None, batching: Batching | None = None,
              eos_id: int | None = -1, confidence: str = "prob", top_k: int = 32, rows=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None, progress=None,
-             allow_partial_block: bool = False) -> GenerateOutput:
+             allow_partial_block: bool = False, rule="one") -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
 
     drafter: the order drafter for method="spot"; one with an `observe(stale, root_masked, accepted_pos, n_acc,
@@ -83,6 +84,10 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     allow_partial_block: a block is always decoded whole (every one of its positions costs passes) and the output
     cut to max_new_tokens, so block_size > max_new_tokens is refused (it would spend up to block_size passes on
     fewer tokens) unless this is True.
+    rule: the commit rule `standard` follows and every other method speculates (spot.rules, docs/rules.md): "one"
+    (one commit per step, the default), "steps:N", "threshold:T[,steps:N][,cmp:ge]", "factor:F", "dream:N[,alg:A]",
+    a spot.rules.CommitRule, or "family" (the target's own sampler's default, `Target.default_rule`). A rule that
+    names a confidence (Dream's alg) sets `confidence` unless another one is given.
 
     Arguments are checked before any work (spot.limits): temperature is 0 (greedy) or in [MIN_TEMPERATURE,
     the largest float32] (below it, or above it in float32, the scaled logits overflow); the estimated memory of a
@@ -91,6 +96,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     docs/noise.md); eos_id is None, -1 or an id of the vocabulary.
     """
     tree, batching = _tree_settings(tree, budget), _settings_object("batching", batching, Batching)
+    rule, confidence = resolve_rule(rule, target, method, block_size, confidence)
     prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows, tree = _check_args(
         target, prompts, method, max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
         seed=seed, tree=tree, batching=batching, drafter=drafter, confidence=confidence, top_k=top_k, eos_id=eos_id,
@@ -113,7 +119,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     if method == "standard" or tree.budget == 1:
         drafter = None
     cfg = RoundConfig(target.mask_id, seed, temperature, confidence, min(top_k, target.vocab_size), backend,
-                      tree.budget, tree.width, tree.branch, eos_id, tree.static, tree.score_all_nodes)
+                      tree.budget, tree.width, tree.branch, eos_id, tree.static, tree.score_all_nodes,
+                      None if rule.is_one else rule.tables(block_size, dev))
     stats = DecodeStats(method)
 
     t0 = time.perf_counter()
@@ -200,7 +207,9 @@ class _Slots:
         self.over = [False] * n  # lock-step only: done, riding along
         self.has_stale = [False] * n
         self.block = torch.full((n, block_size), mask_id, dtype=torch.long, device=device)
-        self.step = torch.zeros(n, dtype=torch.long, device=device)  # commits already in each row's block
+        self.step = torch.zeros(n, dtype=torch.long, device=device)  # the commit rule's steps taken in each row's
+        # block (one commit per step: its commits), the coupled noise's step
+        self.commits = None  # [b] int64 commits in each row's block, where they differ from `step` (with a rule)
         self.stale: StaleFeatures | None = None
 
     def __len__(self) -> int:
@@ -213,6 +222,8 @@ class _Slots:
         at = torch.tensor(index, dtype=torch.long, device=self.device)
         self.block[at] = self.mask_id if initial is None else initial[at]
         self.step[at] = 0
+        if self.commits is not None:
+            self.commits[at] = 0
         for i in index:
             self.has_stale[i] = False
 
@@ -220,6 +231,7 @@ class _Slots:
         at = torch.tensor(index, dtype=torch.long, device=self.device)
         for name in ("sequence", "block_index", "over", "has_stale"):
             setattr(self, name, [getattr(self, name)[i] for i in index])
+        self.commits = None if self.commits is None else self.commits[at]
         self.block, self.step = self.block[at], self.step[at]
         if self.stale is not None:
             self.stale = self.stale.select(at)
@@ -228,6 +240,8 @@ class _Slots:
         new = _Slots(sequence, self.block_size, self.mask_id, self.device)
         for name in ("sequence", "block_index", "over", "has_stale"):
             setattr(self, name, getattr(self, name) + getattr(new, name))
+        if self.commits is not None:
+            self.commits = torch.cat((self.commits, new.step))  # zeros
         self.block, self.step = torch.cat((self.block, new.block)), torch.cat((self.step, new.step))
         self.stale = None if self.stale is None else self.stale.pad(len(sequence))
 
@@ -268,16 +282,20 @@ def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session
         t_verify = time.perf_counter()
         out = round_fns.settle(cfg, tree, logits, slots.block, slots.step, rows, block_start, block_index, sequence,
                                need_stale)
-    commit_orders.record(sequence, block_index, slots.step, out.accepted_pos, out.n_acc)
+    commits = slots.step if slots.commits is None else slots.commits
+    commit_orders.record(sequence, block_index, commits, out.accepted_pos, out.n_acc)
     active = out.root_masked.any(1)
     complete = ~(out.block == cfg.mask_id).any(1)
     has_eos = (out.block == cfg.eos_id).any(1) if cfg.eos_id is not None else complete
-    summary = torch.stack((active.long(), out.n_acc, complete.long(), has_eos.long())).tolist()  # the one sync
-    active_l, n_acc_l, complete_l, eos_l = summary
-    if any(a and n == 0 for a, n in zip(active_l, n_acc_l)):
+    columns = (active.long(), out.n_acc, complete.long(), has_eos.long())
+    if out.stuck is not None:  # a rule's step may commit nothing (quota 0): stuck is told apart from it
+        columns += (out.stuck.long(),)
+    active_l, n_acc_l, complete_l, eos_l, *stuck_l = torch.stack(columns).tolist()  # the one sync
+    stuck_l = stuck_l[0] if stuck_l else [a and n == 0 for a, n in zip(active_l, n_acc_l)]
+    if any(stuck_l):
         raise RuntimeError("target produced no valid commit (NaN or all -inf logits) for a masked block")
     stats.commits_per_pass.update(n for a, n in zip(active_l, n_acc_l) if a)
-    observe = getattr(drafter, "observe", None)
+    observe = getattr(drafter, "observe", None) if cfg.rule is None else None  # it learns one-commit orders
     if observe is not None and slots.stale is not None and drafted:
         # a drafter that learns from the target's commits (spot.online.OnlineCalibrated): the stale features its
         # tree was grown from, the root's masked flags and the accepted chain, for the rows it drafted
@@ -288,6 +306,8 @@ def _one_pass(cfg: RoundConfig, drafter: Drafter | None, target: Target, session
         slots.has_stale = [True] * len(slots)
     if on_pass is not None:
         on_pass(block_index, slots.step, slots.stale)
+    if cfg.rule is not None:
+        slots.commits = commits + out.n_acc
     slots.block, slots.step = out.block, out.step
     t_end = time.perf_counter()
     stats.stage_seconds.update(draft=t_target - t_draft, target=t_verify - t_target, verify=t_end - t_verify)
@@ -313,6 +333,30 @@ class _CommitOrders:
     def tensor(self) -> torch.Tensor:
         """int64 [batch, blocks, B] (-1: never committed)."""
         return self.flat[:-1].view(self.shape)
+
+
+def resolve_rule(rule, target, method: str, block_size, confidence: str) -> tuple[CommitRule, str]:
+    """(the commit rule, the confidence kind) of a decode: `rule` parsed (spot.rules.parse_rule; "family": the
+    target's `default_rule`), checked against the block size and the method, and the rule's own confidence kind
+    (Dream's alg) taken unless `confidence` names another."""
+    if rule == "family":
+        family_rule = getattr(target, "default_rule", None)
+        if family_rule is None:
+            raise ValueError(f"rule='family': {type(target).__name__} names no sampler default (only the family "
+                             "targets of spot.families do); give a rule such as 'steps:16' or 'threshold:0.9'")
+        rule = family_rule
+    rule = parse_rule(rule)
+    if isinstance(block_size, int) and not isinstance(block_size, bool) and block_size >= 1:
+        rule.check_block(block_size)
+    if rule.confidence is not None and confidence != rule.confidence:
+        if confidence != "prob":
+            raise ValueError(f"confidence: rule {rule} computes its confidence as {rule.confidence!r}, but "
+                             f"confidence={confidence!r} was given")
+        confidence = rule.confidence
+    if method == "oracle" and not rule.is_one:
+        raise ValueError(f"method='oracle': the oracle drafts one-commit orders; with rule {rule} use "
+                         "'confidence' or 'spot'")
+    return rule, confidence
 
 
 def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:

@@ -31,6 +31,7 @@ import spot_kernels
 from spot_kernels import ScoreOutput
 
 from .drafters import Drafter, NoiseCoordinates, StaleFeatures
+from .rules import RuleTables
 from .target import NodeLogits
 from .tree import BRANCH, WIDTH, Tree, grow_tree
 
@@ -52,6 +53,9 @@ class RoundConfig:
     eos_id: int | None = None  # a row whose block holds it after committed positions only is closed
     static: bool = True  # fixed shapes, no host sync (see the module docstring)
     score_all_nodes: bool = True  # without `static`: False scores only the chain verification can reach
+    # the commit rule as data (spot.rules.RuleTables) for every rule but one commit per step (None: the one-commit
+    # path, spot_kernels.verify_tree); with it a node is the block after a whole step of the rule
+    rule: RuleTables | None = None
 
 
 class Settled(NamedTuple):
@@ -59,10 +63,14 @@ class Settled(NamedTuple):
 
     block: torch.Tensor  # [b, B] int64, the blocks after the accepted commits
     step: torch.Tensor  # [b] int64, commits in each block now
-    accepted_pos: torch.Tensor  # [b, N] int64, positions committed this round, in order (-1 padding)
-    n_acc: torch.Tensor  # [b] int64, commits this round (0 only for a row with no masked position)
+    accepted_pos: torch.Tensor  # [b, N] int64 ([b, B] with a rule), positions committed this round, in order
+    # (-1 padding)
+    n_acc: torch.Tensor  # [b] int64, commits this round (0 only for a row with no masked position, or a rule step
+    # whose quota is 0)
     stale: StaleFeatures | None  # the deepest accepted node's outputs: what the next tree is drafted from
     root_masked: torch.Tensor  # [b, B] bool, the root's masked flags (before this round's commits)
+    stuck: torch.Tensor | None = None  # [b] bool, with a rule: masked positions but none with a valid token (with
+    # one commit per step that is n_acc == 0 on a row with a masked position)
 
 
 def draft(cfg: RoundConfig, drafter: Drafter | None, block: torch.Tensor, step: torch.Tensor, rows: torch.Tensor,
@@ -83,17 +91,29 @@ def settle(cfg: RoundConfig, tree: Tree, logits: NodeLogits | torch.Tensor, bloc
     accepted node's outputs (unless `need_stale` is False: nothing will draft from them, Settled.stale is None).
     block_index / sequence are recorded on the stale features (StaleFeatures)."""
     masked = tree.states == cfg.mask_id
-    if cfg.static or cfg.score_all_nodes:
-        scored = score_nodes(cfg, logits, masked, tree, rows, block_start, step)
+    all_nodes = cfg.static or cfg.score_all_nodes
+    stuck = None
+    if cfg.rule is None:
+        scored = score_nodes(cfg, logits, masked, tree, rows, block_start, step) if all_nodes else \
+            score_chain(cfg, logits, masked, tree, rows, block_start, step)
+        accepted_pos, n_acc, new_block, last = verify(cfg, tree, scored, block)
+        new_step = step + n_acc
     else:
-        scored = score_chain(cfg, logits, masked, tree, rows, block_start, step)
-    accepted_pos, n_acc, new_block, last = verify(cfg, tree, scored, block)
-    new_step = step + n_acc
+        if all_nodes:
+            scored = score_nodes(cfg, logits, masked, tree, rows, block_start, step)
+            commit = rule_commits(cfg, scored, masked, step[:, None] + tree.depth)
+        else:
+            scored, commit = score_step_chain(cfg, logits, masked, tree, rows, block_start, step)
+        accepted_pos, n_acc, n_steps, new_block, last = spot_kernels.verify_steps(
+            tree.parents, tree.states, commit, scored.tokens, backend=cfg.backend)
+        new_step = step + n_steps
+        # a root whose masked positions all lack a valid token (NaN or -inf logits) cannot take a step
+        stuck = masked[:, 0].any(1) & ~(masked[:, 0] & ~scored.confidence[:, 0].isnan()).any(1)
     if cfg.eos_id is not None:
         new_block = close_after_eos(new_block, cfg.eos_id, cfg.mask_id)
     stale = stale_features(cfg, scored, masked, last, rows, block_start, block_index, new_step, sequence) \
         if need_stale else None
-    return Settled(new_block, new_step, accepted_pos, n_acc, stale, masked[:, 0])
+    return Settled(new_block, new_step, accepted_pos, n_acc, stale, masked[:, 0], stuck)
 
 
 def run_round(cfg: RoundConfig, drafter: Drafter | None, forward: Callable, block, step, rows, block_start,
@@ -182,6 +202,52 @@ def score_chain(cfg: RoundConfig, logits: NodeLogits, masked, tree: Tree, rows, 
         node[r] = torch.where(found, child.to(torch.int8).argmax(1), at)
         r = r[found]
     return ScoreOutput(tok, conf, topk_p, topk_i, commit_pos)
+
+
+def rule_commits(cfg: RoundConfig, scored: ScoreOutput, masked: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """The positions the rule commits from each scored node (bool, masked's shape): spot::commit_rule on the
+    nodes' confidences at their steps (the root's step + depth)."""
+    rule = cfg.rule
+    return spot_kernels.commit_rule(scored.confidence, masked, steps, rule.quota, rule.thresholds, rule.inclusive,
+                                    backend=cfg.backend)
+
+
+def score_step_chain(cfg: RoundConfig, logits: NodeLogits, masked, tree: Tree, rows, block_start,
+                     step) -> tuple[ScoreOutput, torch.Tensor]:
+    """score_chain for a rule's step tree: the root, then the child whose state is the scored node's successor
+    (its state after the rule's step), until none is. Returns the scores (unscored nodes: token -1, NaN
+    confidence) and the rule's commits of every node (none on unscored nodes), equal to score_nodes' and
+    rule_commits' on every node verification can reach."""
+    if not isinstance(logits, NodeLogits):
+        logits = NodeLogits(logits)
+    b, n, B = masked.shape
+    dev, k, rule = masked.device, cfg.top_k, cfg.rule
+    tok = torch.full((b, n, B), -1, dtype=torch.long, device=dev)
+    commit = torch.zeros((b, n, B), dtype=torch.bool, device=dev)
+    commit_pos = torch.full((b, n), -1, dtype=torch.long, device=dev)
+    conf = topk_p = topk_i = None
+    node = torch.zeros(b, dtype=torch.long, device=dev)
+    r = torch.arange(b, device=dev)  # rows whose chain is still growing
+    while len(r):
+        at = node[r]
+        node_steps = (step[r] + tree.depth[r, at])[:, None]
+        out = spot_kernels.score(_without_mask_token(logits.of(r, at), cfg.mask_id)[:, None], masked[r, at, None],
+                                 cfg.seed, rows[r, None], block_start[r, None], node_steps, cfg.temperature,
+                                 confidence=cfg.confidence, top_k=k, backend=cfg.backend)
+        if conf is None:
+            conf = torch.full((b, n, B), math.nan, dtype=out.confidence.dtype, device=dev)
+            topk_p = torch.zeros((b, n, B, k), dtype=out.topk_probs.dtype, device=dev)
+            topk_i = torch.full((b, n, B, k), -1, dtype=torch.long, device=dev)
+        tok[r, at], conf[r, at], topk_p[r, at], topk_i[r, at], commit_pos[r, at] = (x[:, 0] for x in out)
+        c = spot_kernels.commit_rule(out.confidence, masked[r, at, None], node_steps, rule.quota, rule.thresholds,
+                                     rule.inclusive, backend=cfg.backend)[:, 0]
+        commit[r, at] = c
+        successor = torch.where(c, out.tokens[:, 0], tree.states[r, at])
+        child = (tree.parents[r] == at[:, None]) & (tree.states[r] == successor[:, None]).all(2)
+        found = child.any(1)
+        node[r] = torch.where(found, child.to(torch.int8).argmax(1), at)
+        r = r[found]
+    return ScoreOutput(tok, conf, topk_p, topk_i, commit_pos), commit
 
 
 def verify(cfg: RoundConfig, tree: Tree, scored: ScoreOutput, block: torch.Tensor):

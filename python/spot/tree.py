@@ -9,6 +9,7 @@ contains its ancestors.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -37,8 +38,8 @@ class Tree:
 
     states: torch.Tensor  # [batch, N, B] block state of every node
     parents: torch.Tensor  # -1 for the root and for padding nodes
-    positions: torch.Tensor  # the commit parent -> node (root/padding: -1)
-    tokens: torch.Tensor
+    positions: torch.Tensor | None  # the commit parent -> node (root/padding: -1); None in a rule's step tree,
+    tokens: torch.Tensor | None  # whose nodes differ from their parents by a set of commits (read from `states`)
     depth: torch.Tensor
 
     @classmethod
@@ -103,14 +104,11 @@ def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
             node_rows[w] = torch.arange(b * w, device=root.device) // w  # fewer ops than repeat_interleave
         node_row = node_rows[w]
         scores = drafter.position_logits(stale, f_states == cfg.mask_id, node_row, torch.full_like(node_row, d))
-        out = spot_kernels.expand_frontier(
-            scores.to(f_logprob.dtype), f_states, f_logprob, stale.topk_probs, stale.topk_ids,
-            cfg.seed, rows, stale.block_start, step + d, cfg.temperature, cfg.mask_id, cfg.branch,
-            _frontier_width(cfg), backend=cfg.backend)
+        out = _expand(cfg, scores.to(f_logprob.dtype), f_states, f_logprob, stale, rows, step + d, node_row)
         states.append(out.child_states)
         logprobs.append(out.child_logprob)
-        positions.append(out.child_pos)
-        tokens.append(out.child_tokens)
+        positions.append(getattr(out, "child_pos", None))
+        tokens.append(getattr(out, "child_tokens", None))
         frontiers.append(out.frontier)
         f_states, f_logprob, w = out.frontier_states, out.frontier_logprob, out.frontier.shape[1]
     return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, cfg.branch),
@@ -126,7 +124,7 @@ def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, 
     none = torch.full((b, 1), -1, dtype=torch.long, device=dev)
     zero = torch.zeros(b, 1, dtype=torch.long, device=dev)
     if not counts:
-        return root[:, None], logprob, none, none, none, zero
+        return root[:, None], logprob, none, None, None, zero
     # the pool index of each depth's frontier slots: the root, then slot s of depth d >= 1 is child frontiers[d - 1]
     # [:, s] of depth d - 1, whose children start at pool index 1 + counts[0] + ... + counts[d - 2]
     firsts = [1 + sum(counts[:d]) for d in range(len(counts) - 1)]
@@ -141,15 +139,16 @@ def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, 
             start = d
     depth = torch.cat([zero, torch.cat(runs)[None].expand(b, -1)], 1)
     return (torch.cat([root[:, None]] + states, 1), torch.cat([logprob] + logprobs, 1), torch.cat([none, parents], 1),
-            torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth)
+            _pool_column(none, positions), _pool_column(none, tokens), depth)
 
 
 def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree:
     """grow_tree on the CPU path: the host stops growth early and calls the drafter on open frontier nodes only.
-    Per depth: the drafter's op, one spot::expand_frontier (children, their states, the next frontier), a few ops
+    Per depth: the drafter's op, one spot::expand_frontier or spot::expand_steps (children, their states, the next
+    frontier; `_expand`), a few ops
     for the pool and the stop test, and one host sync (whether to go on, and how many frontier nodes are open)."""
     b, B = root.shape
-    mask_id, branch, width = cfg.mask_id, cfg.branch, _frontier_width(cfg)
+    mask_id, branch = cfg.mask_id, cfg.branch
     keep = cfg.budget - 1
     # the pool of drafted nodes, root first, depth after depth: per-depth pieces, concatenated once at the end
     states, logprobs, parents, positions, tokens, depths = [root[:, None]], [logprob], [], [], [], []
@@ -168,16 +167,14 @@ def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree
                                    logprob.dtype, n_depths)
         # a closed node's logits are all -inf: no eligible position, so no child (padding: position and token -1,
         # log-probability -inf), as select_children gives a node with nothing masked
-        out = spot_kernels.expand_frontier(
-            scores, f_states, f_logprob, stale.topk_probs, stale.topk_ids, cfg.seed, rows, stale.block_start,
-            step + d, cfg.temperature, mask_id, branch, width, backend=cfg.backend)
+        out = _expand(cfg, scores, f_states, f_logprob, stale, rows, step + d, node_rows[w])
         c_logprob = out.child_logprob  # [b, w * branch], -inf where a child has no token
         states.append(out.child_states)
         logprobs.append(c_logprob)
-        parents.append(torch.zeros_like(out.child_pos) if frontier is None
+        parents.append(torch.zeros(c_logprob.shape, dtype=torch.long, device=root.device) if frontier is None
                        else frontier.repeat_interleave(branch, 1))
-        positions.append(out.child_pos)
-        tokens.append(out.child_tokens)
+        positions.append(getattr(out, "child_pos", None))
+        tokens.append(getattr(out, "child_tokens", None))
         depths.append((d + 1, w * branch))
         # next frontier: the `width` most probable new children (ties to the lower index), flat
         f_states, f_logprob = out.frontier_states, out.frontier_logprob
@@ -206,7 +203,53 @@ def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree
                       + [torch.full((b, n), d, dtype=torch.long, device=root.device) for d, n in depths], 1)
     none = torch.full((b, 1), -1, dtype=torch.long, device=root.device)
     return _keep_best(torch.cat(states, 1), torch.cat(logprobs, 1), torch.cat([none] + parents, 1),
-                      torch.cat([none] + positions, 1), torch.cat([none] + tokens, 1), depth, cfg.budget, False)
+                      _pool_column(none, positions), _pool_column(none, tokens), depth, cfg.budget, False)
+
+
+def _pool_column(root: torch.Tensor, pieces: list) -> torch.Tensor | None:
+    """The pool's per-node commits (positions or tokens), root first; None for a rule's step tree (no pieces)."""
+    return None if any(p is None for p in pieces) else torch.cat([root] + pieces, 1)
+
+
+def _expand(cfg, scores, f_states, f_logprob, stale, rows, steps, node_row):
+    """One depth's children: one commit each (spot::expand_frontier), or, with a commit rule (`cfg.rule`, a
+    spot.rules.RuleTables), one whole step each (spot::expand_steps), sized by `step_sizes`."""
+    if cfg.rule is None:
+        return spot_kernels.expand_frontier(
+            scores, f_states, f_logprob, stale.topk_probs, stale.topk_ids, cfg.seed, rows, stale.block_start, steps,
+            cfg.temperature, cfg.mask_id, cfg.branch, _frontier_width(cfg), backend=cfg.backend)
+    sizes = step_sizes(cfg.rule, stale, f_states == cfg.mask_id, node_row, steps, scores.dtype, cfg.backend)
+    return spot_kernels.expand_steps(
+        scores, f_states, f_logprob, sizes, stale.topk_probs, stale.topk_ids, cfg.seed, rows, stale.block_start,
+        steps, cfg.temperature, cfg.mask_id, cfg.branch, _frontier_width(cfg), backend=cfg.backend)
+
+
+# With a threshold rule, how sure the drafted size of a step is: the size the stale confidences give gets this
+# probability, one more or one fewer share the rest (docs/rules.md, "Drafting a step").
+SIZE_CONFIDENCE = 0.9
+
+
+def step_sizes(rule, stale: StaleFeatures, node_masked: torch.Tensor, node_row: torch.Tensor, steps: torch.Tensor,
+               dtype: torch.dtype, backend: str = "auto") -> torch.Tensor:
+    """log P(the step commits m positions) [F, B + 1] for frontier nodes (node_masked [F, B], node_row [F], steps
+    [b] each row's step): the rule applied to the stale confidences of the node's masked positions gives the size
+    (spot::commit_rule); exact for a rule without a threshold (its quota), else SIZE_CONFIDENCE on it and the rest
+    on one more and one fewer, within the sizes the quota allows."""
+    f, B = node_masked.shape
+    conf = torch.where(node_masked, stale.confidence[node_row], float("nan"))
+    node_steps = steps[node_row]
+    drafted = spot_kernels.commit_rule(conf, node_masked, node_steps, rule.quota, rule.thresholds, rule.inclusive,
+                                       backend=backend)
+    size = drafted.sum(1, keepdim=True)  # [F, 1]
+    m = torch.arange(B + 1, device=node_masked.device)[None]
+    if not rule.has_threshold:
+        return torch.where(m == size, 0.0, float("-inf")).to(dtype)
+    n = node_masked.sum(1, keepdim=True)
+    low = torch.minimum(rule.quota[node_steps.clamp_max(rule.quota.shape[0] - 1), n[:, 0]][:, None], n)
+    near = (m - size).abs() == 1
+    logp = torch.where(m == size, math.log(SIZE_CONFIDENCE),
+                       torch.where(near & (m >= low) & (m <= n), math.log((1 - SIZE_CONFIDENCE) / 2), -math.inf))
+    return logp.to(dtype)
 
 
 def _open_rows_logits(drafter, stale, node_masked, node_row, d, open_, n_open, dtype, n_depths) -> torch.Tensor:
@@ -244,7 +287,7 @@ def _keep_best(states, logprob, parents, positions, tokens, depth, budget, stati
     par = torch.where(par >= 0, new_index.gather(1, par.clamp_min(0)), -1)
 
     def pick(x, fill=-1):
-        return torch.where(valid, x.gather(1, slot), fill)
+        return None if x is None else torch.where(valid, x.gather(1, slot), fill)
 
     return Tree(
         # a padding slot holds the root's state (the target reads it; its outcome is never used)

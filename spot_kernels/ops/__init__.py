@@ -13,9 +13,9 @@ Every wrapper calls the registered op, so torch.compile and torch.library.opchec
 backend that cannot run the call raises `spot_kernels.BackendUnavailable`.
 """
 
-from . import expand_frontier, noise, order_logits, score, select_children, tree_attention, verify_tree
+from . import commit_rule, expand_frontier, noise, order_logits, score, select_children, tree_attention, verify_tree
 
-MODULES = (expand_frontier, noise, order_logits, score, select_children, tree_attention, verify_tree)
+MODULES = (commit_rule, expand_frontier, noise, order_logits, score, select_children, tree_attention, verify_tree)
 # Op name -> its definition (schema, check, fake), and -> its family: the file stem shared by every backend
 # (reference/<family>.py, triton/<family>.py, csrc/cuda/<family>.cu) and by the tests (tests/ops/test_<family>.py).
 OPS = {d.name: d for module in MODULES for d in module.OPS}

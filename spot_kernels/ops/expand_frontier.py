@@ -80,8 +80,7 @@ def expand_frontier(
 
 
 def check(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows, block_start, steps,
-          temperature, mask_id, branch, width, *, values: bool) -> torch.device:
-    op = "expand_frontier"
+          temperature, mask_id, branch, width, *, values: bool, op: str = "expand_frontier") -> torch.device:
     checks.tensor(op, "position_logits", position_logits, checks.F32_64, ndim=2)
     frontier, block = position_logits.shape
     checks.tensor(op, "rows", rows, checks.I64, ndim=1)
@@ -139,4 +138,85 @@ def fake(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids
     )
 
 
-OPS = [OpDef(SCHEMA, check, fake)]
+STEPS_SCHEMA = ('expand_steps(Tensor position_logits, Tensor states, Tensor path_logprob, Tensor size_logprob, '
+                'Tensor stale_topk_probs, Tensor stale_topk_ids, int seed, Tensor rows, Tensor block_start, '
+                'Tensor steps, float temperature, int mask_id, int branch, int width, str backend="auto") -> '
+                '(Tensor child_logprob, Tensor child_states, Tensor frontier, Tensor frontier_states, '
+                'Tensor frontier_logprob)')
+
+
+class StepExpansion(NamedTuple):
+    child_logprob: torch.Tensor  # [b, w * branch], dtype of position_logits
+    child_states: torch.Tensor  # [b, w * branch, B] int64
+    frontier: torch.Tensor  # [b, W] int64, W = min(width, w * branch)
+    frontier_states: torch.Tensor  # [b * W, B] int64 (flat, as the next call takes it)
+    frontier_logprob: torch.Tensor  # [b * W]
+
+
+def expand_steps(
+    position_logits: torch.Tensor,
+    states: torch.Tensor,
+    path_logprob: torch.Tensor,
+    size_logprob: torch.Tensor,
+    stale_topk_probs: torch.Tensor,
+    stale_topk_ids: torch.Tensor,
+    seed: int,
+    rows: torch.Tensor,
+    block_start: torch.Tensor,
+    steps: torch.Tensor,
+    temperature: float,
+    mask_id: int,
+    branch: int,
+    width: int,
+    backend: str = "auto",
+) -> StepExpansion:
+    """expand_frontier for a commit rule's whole steps: each child of a frontier node is the node after one step
+    that commits a set of positions (docs/ops.md, "Frontier expansion").
+
+    Args: as expand_frontier's, plus
+        size_logprob: [F, B + 1], position_logits' dtype: log P(the step commits m positions), m = 0..B, for each
+            frontier node (-inf: impossible).
+    A frontier node's eligible positions (masked, logit not -inf; NaN counts as -inf, +inf as the dtype's largest
+    value / 4) are ranked by logit, descending, ties to the lower position. Its candidate sets, for every size m
+    with size_logprob > -inf, are the first m ranks (log-probability: the Plackett-Luce probability of drawing
+    those ranks in order), and that set with rank m - 1 swapped for rank m, m + 1, ..., m + 4, or rank m - 2 for
+    rank m or m + 1 (the prefix's log-probability plus the logit of the rank swapped in minus that of the rank swapped
+    out);
+    a candidate's path log-probability is path_logprob + size_logprob[m] + that, -inf unless its ranks exist and
+    every position in it has a token (select_children's token, drawn at the row's step). The node's children are
+    its `branch` most probable candidates (ties: the smaller size, then the order above), padded with -inf.
+    Returns:
+        StepExpansion(child_logprob [b, w * branch], child_states [b, w * branch, B]: the node's state with each
+        set's tokens written in (a padding child: the node's state), frontier [b, W], frontier_states [b * W, B],
+        frontier_logprob [b * W]: as expand_frontier's).
+    """
+    return StepExpansion(*call("expand_steps", position_logits, states, path_logprob, size_logprob, stale_topk_probs,
+                               stale_topk_ids, seed, rows, block_start, steps, temperature, mask_id, branch, width,
+                               backend))
+
+
+def check_steps(position_logits, states, path_logprob, size_logprob, stale_topk_probs, stale_topk_ids, seed, rows,
+                block_start, steps, temperature, mask_id, branch, width, *, values: bool) -> torch.device:
+    device = check(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows, block_start,
+                   steps, temperature, mask_id, branch, width, values=values, op="expand_steps")
+    checks.tensor("expand_steps", "size_logprob", size_logprob, (position_logits.dtype,))
+    frontier, block = position_logits.shape
+    checks.shape("expand_steps", "size_logprob", size_logprob, (frontier, block + 1), "[F, B + 1] from position_logits")
+    checks.same_device("expand_steps", position_logits=position_logits, size_logprob=size_logprob)
+    return device
+
+
+def fake_steps(position_logits, states, path_logprob, size_logprob, stale_topk_probs, stale_topk_ids, seed, rows,
+               block_start, steps, temperature, mask_id, branch, width, backend="auto"):
+    check_steps(position_logits, states, path_logprob, size_logprob, stale_topk_probs, stale_topk_ids, seed, rows,
+                block_start, steps, temperature, mask_id, branch, width, values=False)
+    frontier, block = position_logits.shape
+    n_rows = rows.shape[0]
+    w = frontier // n_rows if n_rows else 0
+    n, kept = w * branch, min(width, w * branch)
+    return (position_logits.new_empty((n_rows, n)), states.new_empty((n_rows, n, block)),
+            states.new_empty((n_rows, kept)), states.new_empty((n_rows * kept, block)),
+            position_logits.new_empty((n_rows * kept,)))
+
+
+OPS = [OpDef(SCHEMA, check, fake), OpDef(STEPS_SCHEMA, check_steps, fake_steps)]

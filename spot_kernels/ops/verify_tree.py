@@ -1,5 +1,5 @@
-"""spot::verify_tree: parallel accept/reject of a drafted tree (docs/ops.md, "Parallel verification"); schema,
-wrapper, check and fake."""
+"""spot::verify_tree and spot::verify_steps: parallel accept/reject of a drafted tree, one commit per node or a
+whole rule step per node (docs/ops.md, "Parallel verification"); schemas, wrappers, checks and fakes."""
 
 from __future__ import annotations
 
@@ -75,14 +75,8 @@ def check(parents, draft_pos, draft_tokens, target_pos, target_tokens, block, *,
     device = checks.same_device(op, parents=parents, **named, block=block)
     if values and checks.values_enabled(device):
         width = block.shape[1]
+        _check_parents(op, parents)
         node = torch.arange(n, device=device).expand(b, n)
-        if bool((parents[:, 0] != -1).any()):
-            raise ValueError(f"spot.{op}: parents[:, 0] must be -1 (node 0 is the root); "
-                             f"got {parents[:, 0].tolist()[:8]}")
-        bad = (node > 0) & ((parents < -1) | (parents >= node))
-        if bool(bad.any()):
-            raise ValueError(f"spot.{op}: parents must satisfy -1 <= parents[:, i] < i (parents precede children); "
-                             f"got {parents[bad][0].item()} {checks.first_bad(bad)}")
         child = (node > 0) & (parents >= 0)
         active = child | (node == 0)
         checks.in_range(op, "draft_pos", draft_pos, 0, width, child,
@@ -162,4 +156,85 @@ def fake(parents, draft_pos, draft_tokens, target_pos, target_tokens, block, bac
     )
 
 
-OPS = [OpDef(SCHEMA, check, fake)]
+STEPS_SCHEMA = ('verify_steps(Tensor parents, Tensor states, Tensor commit, Tensor tokens, str backend="auto") -> '
+                '(Tensor accepted_pos, Tensor num_accepted, Tensor num_steps, Tensor new_block, Tensor last_node)')
+
+
+class StepsOutput(NamedTuple):
+    accepted_pos: torch.Tensor  # [b, B] int64
+    num_accepted: torch.Tensor  # [b] int64
+    num_steps: torch.Tensor  # [b] int64
+    new_block: torch.Tensor  # [b, B] int64
+    last_node: torch.Tensor  # [b] int64
+
+
+def verify_steps(
+    parents: torch.Tensor,
+    states: torch.Tensor,
+    commit: torch.Tensor,
+    tokens: torch.Tensor,
+    backend: str = "auto",
+) -> StepsOutput:
+    """Accept the longest drafted chain of whole rule steps that the target itself takes (docs/design.md §2.6),
+    on device, without host sync: verify_tree for set transitions.
+
+    Args:
+        parents: [b, N] int64 as verify_tree's (node 0 the root; -1 for padding nodes).
+        states: [b, N, B] int64, every node's block state (node 0: the root's block).
+        commit: [b, N, B] bool, the positions the rule commits from each node's scored outputs (commit_rule).
+        tokens: [b, N, B] int64, the target's token at each position of each node (score's tokens; >= 0 where
+            committed).
+        backend: see spot_kernels.ops.
+
+    A node's successor is its state with `tokens` written where `commit` holds. A non-root node is accepted iff its
+    parent is accepted and its state equals the parent's successor at every position. The deepest accepted node
+    (ties: the lowest index) ends the chain, and its own successor is the new block: a pass accepting depth d
+    takes d + 1 steps.
+    Returns:
+        StepsOutput(accepted_pos [b, B]: the positions committed along the chain, step by step, each step's
+        positions ascending, -1 padded; num_accepted [b]: their count; num_steps [b]: the steps taken, the deepest
+        accepted node's depth + 1; new_block [b, B]: that node's successor; last_node [b]); all int64.
+    """
+    return StepsOutput(*call("verify_steps", parents, states, commit, tokens, backend))
+
+
+def check_steps(parents, states, commit, tokens, *, values: bool) -> torch.device:
+    op = "verify_steps"
+    checks.tensor(op, "parents", parents, checks.I64, ndim=2)
+    b, n = parents.shape
+    if n < 1:
+        raise ValueError(f"spot.{op}: parents must have N >= 1 nodes (node 0 is the root), got shape {[b, n]}")
+    checks.tensor(op, "states", states, checks.I64, ndim=3)
+    if tuple(states.shape[:2]) != (b, n):
+        raise ValueError(f"spot.{op}: states must have shape [b, N, B] with [b, N] = {[b, n]} (from parents), got "
+                         f"{list(states.shape)}")
+    checks.tensor(op, "commit", commit, checks.BOOL)
+    checks.shape(op, "commit", commit, states.shape, "states.shape")
+    checks.tensor(op, "tokens", tokens, checks.I64)
+    checks.shape(op, "tokens", tokens, states.shape, "states.shape")
+    device = checks.same_device(op, parents=parents, states=states, commit=commit, tokens=tokens)
+    if values and checks.values_enabled(device):
+        _check_parents(op, parents)
+        checks.at_least(op, "tokens", torch.where(commit, tokens, 0), 0, "a token id wherever commit is True")
+    return device
+
+
+def _check_parents(op: str, parents: torch.Tensor) -> None:
+    b, n = parents.shape
+    node = torch.arange(n, device=parents.device).expand(b, n)
+    if bool((parents[:, 0] != -1).any()):
+        raise ValueError(f"spot.{op}: parents[:, 0] must be -1 (node 0 is the root); got {parents[:, 0].tolist()[:8]}")
+    bad = (node > 0) & ((parents < -1) | (parents >= node))
+    if bool(bad.any()):
+        raise ValueError(f"spot.{op}: parents must satisfy -1 <= parents[:, i] < i (parents precede children); "
+                         f"got {parents[bad][0].item()} {checks.first_bad(bad)}")
+
+
+def fake_steps(parents, states, commit, tokens, backend="auto"):
+    check_steps(parents, states, commit, tokens, values=False)
+    b = parents.shape[0]
+    return (states.new_empty((b, states.shape[2])), parents.new_empty((b,)), parents.new_empty((b,)),
+            states.new_empty((b, states.shape[2])), parents.new_empty((b,)))
+
+
+OPS = [OpDef(SCHEMA, check, fake), OpDef(STEPS_SCHEMA, check_steps, fake_steps)]

@@ -73,5 +73,50 @@ def verify_tree(
     return accepted_pos, accepted_tokens, num_accepted, new_block, last
 
 
+
+def verify_steps(
+    parents: torch.Tensor,
+    states: torch.Tensor,
+    commit: torch.Tensor,
+    tokens: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Reference for spot::verify_steps. Arguments are validated by the router; see docs/ops.md."""
+    b, n, width = states.shape
+    device = states.device
+    successor = torch.where(commit, tokens, states)  # each node's state after the target's own step
+    node = torch.arange(n, dtype=torch.int64, device=device).expand(b, n)
+    has_parent = (parents >= 0) & (node > 0)
+    up = torch.where(has_parent, parents, node)
+    # Edge parent -> i holds when node i's state is the parent's successor, position for position.
+    parent_successor = successor.gather(1, up[..., None].expand(b, n, width))
+    ok = (has_parent & (states == parent_successor).all(-1)) | (node == 0)
+    depth = has_parent.to(torch.int64)
+    jumps = [up]
+    for _ in range(_rounds(n)):
+        ptr = jumps[-1]
+        ok = ok & ok.gather(1, ptr)
+        depth = depth + depth.gather(1, ptr)
+        jumps.append(ptr.gather(1, ptr))
+    rank = torch.where(ok, depth * n + (n - 1 - node), -1)  # deepest accepted, ties lowest index
+    last = torch.argmax(rank, dim=1)
+    last_depth = depth.gather(1, last[:, None])  # [b, 1]
+    t = torch.arange(n, dtype=torch.int64, device=device)[None, :]
+    lift = (last_depth - t).clamp(min=0)
+    chain = last[:, None].expand(b, n).contiguous()  # chain[:, t]: the ancestor of `last` at depth t
+    for r, ptr in enumerate(jumps[:-1]):
+        chain = torch.where(((lift >> r) & 1).bool(), ptr.gather(1, chain), chain)
+    # The step at which each position is committed along the chain (the last node's own step included), then the
+    # positions in commit order: by step, then by position.
+    on_chain = commit.gather(1, chain[..., None].expand(b, n, width)) & (t <= last_depth)[..., None]
+    committed = on_chain.any(1)
+    step_of = on_chain.to(torch.int8).argmax(1)  # first step committing the position
+    key = torch.where(committed, step_of * width + torch.arange(width, device=device), n * width)
+    order = torch.sort(key, dim=1, stable=True).indices
+    accepted_pos = torch.where(committed.gather(1, order), order, -1)
+    new_block = successor.gather(1, last[:, None, None].expand(b, 1, width))[:, 0]
+    return accepted_pos, committed.sum(1), last_depth[:, 0] + 1, new_block.contiguous(), last
+
+
+
 # The reference backend's implementations of this family (read by spot_kernels.backends).
-KERNELS = {"verify_tree": verify_tree}
+KERNELS = {"verify_tree": verify_tree, "verify_steps": verify_steps}

@@ -162,3 +162,147 @@ def test_bad_input(index, value, error, match):
     args[index] = value
     with pytest.raises(error, match=match):
         spot_kernels.expand_frontier(*args)
+
+
+# ------------------------------------------------------------------------------------------ expand_steps (rule steps)
+
+# The variants of a step's set the op scores (docs/ops.md): (rank swapped out, rank swapped in) relative to the size
+# m; (0, 0) is the first m ranks.
+STEP_VARIANTS = ((0, 0), (-1, 0), (-1, 1), (-1, 2), (-1, 3), (-1, 4), (-2, 0), (-2, 1))
+
+
+def make_step_args(seed, b=3, w=2, block=8, top=4, temperature=1.0, branch=6, width=4):
+    """make_args' frontier with a size distribution per node: some sizes impossible, an empty step possible."""
+    args = make_args(seed, b, w, block, top, torch.float64, temperature, branch, width)
+    g = torch.Generator().manual_seed(seed + 1)
+    sizes = torch.log_softmax(torch.randn(b * w, block + 1, generator=g, dtype=torch.float64), -1)
+    sizes[torch.rand(b * w, block + 1, generator=g) < 0.5] = -math.inf
+    sizes[0] = -math.inf
+    sizes[0, 2] = 0.0  # node 0: exactly two positions
+    return args[:3] + [sizes] + args[3:]
+
+
+def brute_expand_steps(args):
+    """Every frontier node's candidate sets enumerated with Python lists (tokens from select_children, which is
+    tested on its own), the best `branch` kept, then the next frontier."""
+    logits, states, path, sizes, probs, ids, seed, rows, block_start, steps, temperature, mask_id, branch, width = args
+    b, block = len(rows), states.shape[1]
+    w = len(states) // b
+    big = torch.finfo(logits.dtype).max / 4
+    child_lp, child_states = [[] for _ in range(b)], [[] for _ in range(b)]
+    for f in range(b * w):
+        r = f // w
+        lg = [-math.inf if math.isnan(v) else min(v, big) for v in logits[f].tolist()]
+        state = states[f].tolist()
+        ranked = sorted((j for j in range(block) if state[j] == mask_id and lg[j] > -math.inf),
+                        key=lambda j: (-lg[j], j))
+        n = len(ranked)
+        order = -torch.arange(block, dtype=logits.dtype)[None]  # select_children's child i is position i
+        every = torch.ones(1, block, dtype=torch.bool)
+        tok = spot_kernels.select_children(order, every, torch.zeros(1, dtype=logits.dtype), probs[r:r + 1],
+                                           ids[r:r + 1], seed, rows[r:r + 1], block_start[r:r + 1], steps[r:r + 1],
+                                           temperature, block, backend="reference").child_tokens[0].tolist()
+
+        def pl(seq):
+            lp, left = 0.0, list(ranked)
+            for j in seq:
+                lp += lg[j] - math.log(sum(math.exp(lg[k] - lg[left[0]]) for k in left)) - lg[left[0]]
+                left.remove(j)
+            return lp
+
+        cands = []
+        for m in range(block + 1):
+            for out_off, in_off in STEP_VARIANTS:
+                if sizes[f, m].item() == -math.inf or m > n:
+                    cands.append((-math.inf, None))
+                    continue
+                if out_off == 0:
+                    members, lp = ranked[:m], pl(ranked[:m])
+                else:
+                    ro, ri = m + out_off, m + in_off
+                    if ro < 0 or ri >= n:
+                        cands.append((-math.inf, None))
+                        continue
+                    members = [j for k, j in enumerate(ranked[:m]) if k != ro] + [ranked[ri]]
+                    lp = pl(ranked[:m]) + lg[ranked[ri]] - lg[ranked[ro]]
+                if any(tok[j] < 0 for j in members):
+                    cands.append((-math.inf, None))
+                    continue
+                cands.append((path[f].item() + sizes[f, m].item() + lp, members))
+        best = sorted(range(len(cands)), key=lambda i: (-cands[i][0], i))[:branch]
+        for i in best + [None] * (branch - len(best)):
+            lp, members = cands[i] if i is not None else (-math.inf, None)
+            if lp == -math.inf:
+                members = None
+            child_lp[r].append(lp)
+            child_states[r].append([tok[j] if members and j in members else s for j, s in enumerate(state)])
+    frontier = [sorted(range(w * branch), key=lambda c: (-child_lp[r][c], c))[:width] for r in range(b)]
+    return child_lp, child_states, frontier
+
+
+def check_steps_against_brute(args):
+    out = spot_kernels.expand_steps(*args, backend="reference")
+    child_lp, child_states, frontier = brute_expand_steps(args)
+    torch.testing.assert_close(out.child_logprob, torch.tensor(child_lp, dtype=args[0].dtype), rtol=1e-12,
+                               atol=1e-12)
+    assert out.child_states.tolist() == child_states
+    assert out.frontier.tolist() == frontier
+    b = len(frontier)
+    kept = out.frontier.shape[1]
+    assert torch.equal(out.frontier_states, out.child_states.gather(
+        1, out.frontier[..., None].expand(b, kept, args[1].shape[1])).reshape(b * kept, -1))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_expand_steps_against_brute_force(seed, temperature):
+    out = check_steps_against_brute(make_step_args(seed, temperature=temperature))
+    assert (out.child_logprob > -math.inf).any()
+
+
+def test_expand_steps_reproduces_expand_frontier_for_one_commit_steps():
+    """Sizes fixed at 1 give single-position children, scored log_softmax of the logits like select_children's (the
+    first four ranks: the variants of a one-position set)."""
+    args = make_args(3, branch=4, width=3, block=8)
+    args[1][:, :] = MASK  # every position masked: children by rank only
+    args[4][:] = torch.randint(0, 50, args[4].shape, generator=torch.Generator().manual_seed(0))  # tokens everywhere
+    frontier_out = spot_kernels.expand_frontier(*args, backend="reference")
+    sizes = torch.full((args[0].shape[0], 9), -math.inf, dtype=args[0].dtype)
+    sizes[:, 1] = 0.0
+    step_out = spot_kernels.expand_steps(*args[:3], sizes, *args[3:], backend="reference")
+    torch.testing.assert_close(step_out.child_logprob, frontier_out.child_logprob, rtol=1e-12, atol=1e-12)
+    real = step_out.child_logprob > -math.inf  # (children of a -inf node differ: padding, never kept)
+    assert real.any() and torch.equal(step_out.child_states[real], frontier_out.child_states[real])
+    assert torch.equal(step_out.frontier, frontier_out.frontier)
+
+
+def test_expand_steps_variant_table_is_the_documented_one():
+    from spot_kernels.reference import expand_frontier as ref
+
+    assert ref.STEP_VARIANTS == STEP_VARIANTS
+
+
+def test_expand_steps_opcheck():
+    opcheck(torch.ops.spot.expand_steps.default, tuple(make_step_args(2)))
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda", "cpu"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(3, 2, 8, 4), (2, 4, 32, 8), (1, 1, 1, 2), (2, 3, 70, 5)])
+def test_expand_steps_backends_equal_the_reference(backend, dtype, shape):
+    """Integer outputs bit for bit; log-probabilities within the dtype's summation order (a Plackett-Luce prefix is
+    a sum of B terms)."""
+    b, w, block, top = shape
+    for seed, temperature in ((0, 0.0), (1, 1.0)):
+        args = make_step_args(seed, b, w, block, top, temperature)
+        args = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        got, want = backend.both("expand_steps", *backend.to(*args))
+        for name, x, y in zip(("child_logprob", "child_states", "frontier", "frontier_states", "frontier_logprob"),
+                              got, want):
+            x = x.cpu()
+            if x.is_floating_point():
+                torch.testing.assert_close(x, y, rtol=1e-5 if dtype == torch.float32 else 1e-12,
+                                           atol=1e-5 if dtype == torch.float32 else 1e-12, msg=name)
+            else:
+                assert torch.equal(x, y), name

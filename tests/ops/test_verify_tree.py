@@ -330,3 +330,150 @@ def test_verify_tree_non_contiguous(backend):
     ref = backend.ref("verify_tree", *args)
     for a, r in zip(out, ref):
         assert torch.equal(a, r)
+
+
+# ------------------------------------------------------------------------------------------ verify_steps (rule steps)
+
+def random_step_tree(rng, n, width, mask=99, vocab=4, p_inactive=0.1, p_match=0.6):
+    """One row of a step tree as Python lists: (parents, states, commit, tokens). A child is often its parent's
+    successor (the parent's state with the parent's commits written in), else the parent with another set committed;
+    commits are sets of the node's masked positions (empty sets too, as a quota-0 step)."""
+    parents, states, commits, tokens = [], [], [], []
+    for i in range(n):
+        par = -1 if i == 0 or rng.random() < p_inactive else rng.randrange(i)
+        parents.append(par)
+        if i == 0:
+            state = [mask if rng.random() < 0.8 else rng.randrange(vocab) for _ in range(width)]
+        elif par < 0:
+            state = list(states[0])  # padding: the root's state
+        else:
+            base = states[par]
+            if rng.random() < p_match:
+                state = [t if c else s for s, c, t in zip(base, commits[par], tokens[par])]
+            else:
+                free = [j for j in range(width) if base[j] == mask]
+                pick = set(rng.sample(free, rng.randint(0, len(free)))) if free else set()
+                state = [rng.randrange(vocab) if j in pick else s for j, s in enumerate(base)]
+        states.append(state)
+        free = [j for j in range(width) if state[j] == mask]
+        pick = set(rng.sample(free, rng.randint(0, min(len(free), 3)))) if free else set()
+        commits.append([j in pick for j in range(width)])
+        tokens.append([rng.randrange(vocab) if j in pick else rng.randrange(-1, vocab) for j in range(width)])
+    return parents, states, commits, tokens
+
+
+def brute_verify_steps(parents, states, commits, tokens):
+    """One row by recursive walk: (positions in commit order, new block, last node, steps)."""
+    n = len(parents)
+    succ = [[t if c else s for s, c, t in zip(states[i], commits[i], tokens[i])] for i in range(n)]
+    children = {i: [c for c in range(1, n) if parents[c] == i] for i in range(n)}
+
+    def walk(i, depth):
+        best = (depth, -i)
+        for c in children[i]:
+            if states[c] == succ[i]:
+                best = max(best, walk(c, depth + 1))
+        return best
+
+    depth, neg_last = walk(0, 0)
+    chain = [-neg_last]
+    while chain[-1] != 0:
+        chain.append(parents[chain[-1]])
+    chain.reverse()
+    order, seen = [], set()
+    for a in chain:
+        for j in range(len(states[0])):
+            if commits[a][j] and j not in seen:
+                order.append(j)
+                seen.add(j)
+    return order, succ[chain[-1]], chain[-1], depth + 1
+
+
+def check_steps(parents, states, commit, tokens):
+    out = spot_kernels.verify_steps(parents, states, commit, tokens)
+    b, n, width = states.shape
+    for r in range(b):
+        order, new_block, last, steps = brute_verify_steps(*(t[r].tolist() for t in (parents, states, commit, tokens)))
+        assert out.last_node[r].item() == last, r
+        assert out.num_steps[r].item() == steps, r
+        assert out.num_accepted[r].item() == len(order), r
+        assert out.accepted_pos[r].tolist() == order + [-1] * (width - len(order)), r
+        assert out.new_block[r].tolist() == new_block, r
+    return out
+
+
+def step_batch(trees):
+    parents, states, commits, tokens = zip(*trees)
+    return (torch.tensor(parents, dtype=I64), torch.tensor(states, dtype=I64), torch.tensor(commits),
+            torch.tensor(tokens, dtype=I64))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 33])
+@pytest.mark.parametrize("width", [1, 6, 40])
+def test_verify_steps_against_brute_force(n, width):
+    rng = random.Random(n * 100 + width)
+    accepted = 0
+    for _ in range(6):
+        out = check_steps(*step_batch([random_step_tree(rng, n, width) for _ in range(3)]))
+        accepted += int((out.num_steps > 1).sum())
+    assert n == 1 or accepted > 0  # the draws accept chains
+
+
+def test_verify_steps_chain_of_steps_fully_accepted():
+    """A chain whose every node is its parent's successor is accepted whole: n - 1 drafted steps + the last one."""
+    m, width, n = 9, 12, 6
+    states, commits, tokens = [[m] * width], [], []
+    for i in range(n):
+        pick = [j for j in range(width) if j // 2 == i]  # step i commits positions 2i, 2i + 1
+        commits.append([j in pick for j in range(width)])
+        tokens.append([100 + j for j in range(width)])
+        if i + 1 < n:
+            states.append([t if c else s for s, c, t in zip(states[-1], commits[-1], tokens[-1])])
+    out = check_steps(*step_batch([(list(range(-1, n - 1)), states, commits, tokens)]))
+    assert out.num_steps.tolist() == [n] and out.num_accepted.tolist() == [2 * n]
+    assert out.accepted_pos[0].tolist() == list(range(2 * n)) + [-1] * (width - 2 * n)
+
+
+def test_verify_steps_a_wrong_token_or_set_is_rejected():
+    m = 9
+    root = [m, m, m, m]
+    commit0 = [True, True, False, False]
+    tok0 = [1, 2, 3, 4]
+    right = [1, 2, m, m]
+    wrong_token = [1, 3, m, m]
+    wrong_set = [1, m, 3, m]
+    states = [root, wrong_token, wrong_set, right]
+    commits = [commit0, [False] * 4, [False] * 4, [False, False, True, False]]
+    tokens = [tok0, [0] * 4, [0] * 4, [0, 0, 7, 0]]
+    out = check_steps(*step_batch([([-1, 0, 0, 0], states, commits, tokens)]))
+    assert out.last_node.tolist() == [3] and out.new_block[0].tolist() == [1, 2, 7, m]
+
+
+def test_verify_steps_an_empty_step_is_a_step():
+    """A quota-0 step (Dream's first) commits nothing: its successor is the node itself, which a child can be."""
+    m = 9
+    states = [[m, m], [m, m]]
+    commits = [[False, False], [True, False]]
+    tokens = [[0, 0], [5, 0]]
+    out = check_steps(*step_batch([([-1, 0], states, commits, tokens)]))
+    assert out.num_steps.tolist() == [2] and out.new_block[0].tolist() == [5, m]
+
+
+def test_verify_steps_opcheck():
+    rng = random.Random(0)
+    opcheck(torch.ops.spot.verify_steps.default, step_batch([random_step_tree(rng, 7, 5) for _ in range(2)]))
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda", "cpu"], indirect=True)
+@pytest.mark.parametrize("batch,nodes,width", [(4, 1, 8), (3, 16, 32), (2, 64, 70), (0, 3, 4), (5, 7, 0)])
+def test_verify_steps_backends_equal_the_reference(backend, batch, nodes, width):
+    rng = random.Random(batch * 1000 + nodes + width)
+    if batch == 0 or width == 0:
+        args = (torch.full((batch, nodes), -1, dtype=I64), torch.zeros(batch, nodes, width, dtype=I64),
+                torch.zeros(batch, nodes, width, dtype=torch.bool), torch.zeros(batch, nodes, width, dtype=I64))
+        args[0][:, 1:] = 0 if nodes > 1 else -1
+    else:
+        args = step_batch([random_step_tree(rng, nodes, width) for _ in range(batch)])
+    got, want = backend.both("verify_steps", *backend.to(*args))
+    for a, b in zip(got, want):
+        assert torch.equal(a.cpu(), b.cpu())

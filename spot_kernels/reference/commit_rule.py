@@ -1,0 +1,32 @@
+"""Commit rule reference (docs/ops.md, "Commit rules"): rank the eligible positions, count the leading ranks that
+pass their threshold, commit the first min(max(quota, passing), n)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def commit_rule(confidence: torch.Tensor, masked: torch.Tensor, steps: torch.Tensor, quota: torch.Tensor,
+                thresholds: torch.Tensor, inclusive: bool) -> torch.Tensor:
+    """Reference for spot::commit_rule. Arguments are validated by the router; see docs/ops.md."""
+    block = confidence.shape[-1]
+    eligible = masked & ~confidence.isnan()
+    key = torch.where(eligible, confidence, -math.inf)
+    ranked = torch.sort(key, dim=-1, descending=True, stable=True)  # ties: the lower position first
+    n = eligible.sum(-1)
+    # the thresholds as the confidence's dtype holds them (PyTorch's comparison with a Python float)
+    tau = thresholds.to(confidence.dtype)[n]  # [..., B], per rank
+    passes = ranked.values >= tau if inclusive else ranked.values > tau
+    rank = torch.arange(block, device=confidence.device)
+    passes = passes & (rank < n[..., None])
+    passing = passes.long().cumprod(-1).sum(-1)
+    q = quota[steps.clamp_max(quota.shape[0] - 1), n]
+    m = torch.minimum(torch.maximum(q, passing), n)
+    first = rank < m[..., None]  # by rank; back to positions
+    return torch.zeros_like(eligible).scatter(-1, ranked.indices, first) & eligible
+
+
+# The reference backend's implementations of this family (read by spot_kernels.backends).
+KERNELS = {"commit_rule": commit_rule}

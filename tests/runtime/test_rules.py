@@ -1,0 +1,210 @@
+"""Commit rules (docs/rules.md): the string form, `standard` with a rule against a plain per-step loop of that rule on
+the Session API, and every speculative method over a rule token-identical to `standard` with it (float64 on CPU)."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+import spot
+import spot_kernels
+from spot.decode import generate
+from spot.rules import CommitRule, NotACommitRule, parse_rule
+from spot.settings import TreeSettings
+
+from tiny import PROMPTS, sharp_target
+
+# thresholds this test target's confidences cross at T 0 to 1 (test_a_rule_commits_several_positions_per_step)
+RULES = ["steps:4", "threshold:0.15", "threshold:0.15,cmp:ge", "threshold:0.15,steps:4", "factor:2.0", "dream:4",
+         "dream:4,alg:entropy"]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return sharp_target()
+
+
+# ------------------------------------------------------------------------------------------------ the string form
+
+@pytest.mark.parametrize("text", ["one", "steps:16", "threshold:0.9", "threshold:0.95,steps:32",
+                                  "threshold:0.9,cmp:ge", "factor:1.0", "dream:128", "dream:64,alg:entropy",
+                                  "dream:8,alg:topk_margin,eps:0.01"])
+def test_a_rule_prints_as_it_parses(text):
+    rule = parse_rule(text)
+    assert str(rule) == text and parse_rule(str(rule)) == rule
+
+
+def test_the_string_form_is_forgiving_about_case_spaces_and_order():
+    assert parse_rule(" Steps:4 , THRESHOLD:0.5") == parse_rule("threshold:0.5,steps:4")
+    assert parse_rule("threshold:0.5,cmp:gt") == parse_rule("threshold:0.5")
+    assert parse_rule(CommitRule("steps", 4)) == parse_rule("steps:4")
+
+
+@pytest.mark.parametrize("text,match", [
+    ("", "empty term"), ("sometimes", "unknown term 'sometimes'"), ("steps", "needs a value"),
+    ("steps:0", "must be >= 1"), ("steps:-3", "must be >= 1"), ("steps:two", "expects an integer"),
+    ("threshold:0", r"must lie in \(0, 1\)"), ("threshold:1", r"must lie in \(0, 1\)"),
+    ("threshold:1.5", r"must lie in \(0, 1\)"), ("threshold:nan", "finite"), ("threshold:-0.1", r"\(0, 1\)"),
+    ("factor:0", "must be > 0"), ("one:3", "takes no value"), ("one,steps:4", "expected one of"),
+    ("steps:4,steps:8", "given twice"), ("steps:4,cmp:ge", "does not apply to a steps rule"),
+    ("threshold:0.5,cmp:lt", "cmp expects gt"), ("dream:4,alg:origin", "alg expects one of"),
+    ("dream:4,eps:2", r"eps must lie in \(0, 1\)"), ("factor:1,steps:4", "expected one of"),
+])
+def test_bad_rules_are_refused_by_name(text, match):
+    with pytest.raises(ValueError, match=match):
+        parse_rule(text)
+
+
+@pytest.mark.parametrize("text", ["threshold:0.7,editing_threshold:0.5", "edit:0.5", "remask", "joint_threshold:0.5"])
+def test_a_rule_that_rewrites_committed_tokens_is_not_a_commit_rule(text):
+    with pytest.raises(NotACommitRule, match="rewrites committed tokens"):
+        parse_rule(text)
+
+
+def test_a_rule_must_fit_the_block_before_any_pass(target):
+    calls = []
+
+    class Counting(spot.ConfidenceDrafter):
+        def position_logits(self, *a, **k):
+            calls.append(1)
+            return super().position_logits(*a, **k)
+
+    with pytest.raises(ValueError, match="exceed the block size 4"):
+        generate(target, PROMPTS[:1], "spot", drafter=Counting(), max_new_tokens=8, block_size=4, rule="steps:5")
+    with pytest.raises(TypeError, match="rule: expected a string"):
+        generate(target, PROMPTS[:1], "standard", max_new_tokens=8, block_size=4, rule=4)
+    with pytest.raises(ValueError, match="names no sampler default"):
+        generate(target, PROMPTS[:1], "standard", max_new_tokens=8, block_size=4, rule="family")
+    with pytest.raises(ValueError, match="oracle drafts one-commit orders"):
+        generate(target, PROMPTS[:1], "oracle", max_new_tokens=8, block_size=4, rule="steps:2")
+    with pytest.raises(ValueError, match="computes its confidence as 'neg_entropy'"):
+        generate(target, PROMPTS[:1], "standard", max_new_tokens=8, block_size=4, rule="dream:4,alg:entropy",
+                 confidence="margin")
+    assert not calls and target.passes_made == 0 if hasattr(target, "passes_made") else not calls
+
+
+def test_the_tables_follow_each_samplers_definition():
+    # LLaDA's split: B // N per step, the remainder to the first steps
+    assert parse_rule("steps:3").tables(8, "cpu").quota[:, 8].tolist() == [3, 3, 2]
+    # Dream's schedule at steps = block: nothing at the first step, two at the last (float32 timesteps)
+    q = parse_rule("dream:32").tables(32, "cpu").quota
+    walk, n = [], 32
+    for i in range(32):
+        walk.append(min(int(q[i, n]), n))
+        n -= walk[-1]
+    assert walk[0] == 0 and walk[-1] == 2 and sum(walk) == 32
+    # Fast-dLLM's factor rule: rank r >= 1 passes at c >= 1 - F / (r + 2); rank 0 and the last rank always pass
+    t = parse_rule("factor:1.0").tables(4, "cpu").thresholds
+    assert t[4].tolist() == [-math.inf, 1 - 1 / 3, 1 - 1 / 4, -math.inf]
+
+
+# ------------------------------------------------------------------------------------ standard is the rule's sampler
+
+def per_step_loop(target, prompts, rule, *, max_new_tokens, block_size, temperature, seed, confidence="prob"):
+    """The rule's sampler as a user would write it on the Session API, one step per pass: score the block, commit
+    what spot_kernels.commit_rule says (the rule's own confidence kind), repeat; no tree, no decoder."""
+    tables = parse_rule(rule).tables(block_size, "cpu")
+    confidence = parse_rule(rule).confidence or confidence
+    out = []
+    for row, prompt in enumerate(prompts):
+        session = target.start([prompt], max_new_tokens, block_size)
+        tokens = []
+        for _ in range(-(-max_new_tokens // block_size)):
+            block = torch.full((1, block_size), target.mask_id)
+            step = 0
+            while (block == target.mask_id).any():
+                logits = session.score(block[:, None]).clone()
+                logits[..., target.mask_id] = -math.inf
+                masked = block == target.mask_id
+                scored = spot_kernels.score(logits, masked[:, None], seed, torch.tensor([[row]]),
+                                            session.block_start[:, None], torch.tensor([[step]]), temperature,
+                                            confidence=confidence)
+                commit = spot_kernels.commit_rule(scored.confidence, masked[:, None], torch.tensor([[step]]),
+                                                  tables.quota, tables.thresholds, tables.inclusive)
+                block = torch.where(commit[:, 0], scored.tokens[:, 0], block)
+                step += 1
+            session.append(block)
+            tokens += block[0].tolist()
+        out.append(tokens[:max_new_tokens])
+    return out
+
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_standard_with_a_rule_is_the_rules_per_step_loop(target, rule, temperature):
+    kw = dict(max_new_tokens=12, block_size=8, temperature=temperature, seed=3)
+    want = per_step_loop(target, PROMPTS, rule, **kw)
+    out = generate(target, PROMPTS, "standard", eos_id=None, rule=rule, **kw)
+    assert out.tokens == want
+
+
+def test_a_rule_commits_several_positions_per_step_on_this_target(target):
+    """The test target's confidences do cross the thresholds the tests use, so the threshold rules are exercised."""
+    for rule in ("threshold:0.15", "threshold:0.15,steps:4", "factor:2.0"):
+        sizes = set()
+        for temperature in (0.0, 1.0):
+            out = generate(target, PROMPTS, "standard", eos_id=None, rule=rule, max_new_tokens=16, block_size=8,
+                           temperature=temperature)
+            sizes |= set(out.stats.commits_per_pass)
+        assert max(sizes) > 1 and len(sizes) > 1, (rule, sizes)  # several, and not always as many
+
+
+# ---------------------------------------------------------------------------------- speculation over a rule is exact
+
+@pytest.mark.parametrize("rule", RULES)
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
+def test_speculation_over_a_rule_equals_standard(target, rule, temperature):
+    """confidence and spot (a drafter object) over the rule: the tokens and commit orders of standard with it, in no
+    more passes, batched and unbatched, two block sizes, two seeds; drafted steps are accepted."""
+    drafter = spot.ConfidenceDrafter()
+    accepted = 0
+    for block_size, seed in itertools.product([4, 8], [0, 1]):
+        if rule.startswith("dream") and block_size < 4:
+            continue
+        for prompts in ([PROMPTS[1]], PROMPTS):
+            rows = [PROMPTS.index(p) for p in prompts]
+            kw = dict(max_new_tokens=block_size + block_size // 2, block_size=block_size, temperature=temperature,
+                      seed=seed, rows=rows, rule=rule, eos_id=None)
+            ref = generate(target, prompts, "standard", **kw)
+            for method in ("confidence", "spot"):
+                out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, budget=8, **kw)
+                assert out.tokens == ref.tokens, (method, block_size, seed, prompts)
+                assert torch.equal(out.orders, ref.orders)
+                assert out.stats.target_passes <= ref.stats.target_passes
+                accepted += ref.stats.target_passes - out.stats.target_passes
+    assert accepted > 0, "no drafted step was ever accepted: verification would go untested"
+
+
+@pytest.mark.parametrize("rule", ["steps:4", "threshold:0.15", "dream:4"])
+def test_the_static_round_and_the_cpu_path_agree_over_a_rule(target, rule):
+    """The static round (fixed shapes, no host sync: the GPU path) and the CPU path (early stops, the chain only)
+    give the same tokens, orders and passes."""
+    for temperature in (0.0, 1.0):
+        kw = dict(max_new_tokens=12, block_size=8, temperature=temperature, seed=2, rule=rule, eos_id=None)
+        static = generate(target, PROMPTS, "confidence", tree=TreeSettings(budget=8, static=True), **kw)
+        host = generate(target, PROMPTS, "confidence", tree=TreeSettings(budget=8, static=False,
+                                                                          score_all_nodes=False), **kw)
+        every = generate(target, PROMPTS, "confidence", tree=TreeSettings(budget=8, static=False,
+                                                                           score_all_nodes=True), **kw)
+        assert static.tokens == host.tokens == every.tokens
+        assert torch.equal(static.orders, host.orders) and torch.equal(host.orders, every.orders)
+        assert static.stats.target_passes == host.stats.target_passes == every.stats.target_passes
+
+
+def test_rule_one_is_the_default_and_changes_nothing(target):
+    kw = dict(max_new_tokens=12, block_size=8, temperature=0.7, seed=1, eos_id=None, budget=8)
+    for method in ("standard", "confidence"):
+        a = generate(target, PROMPTS, method, **kw)
+        b = generate(target, PROMPTS, method, rule="one", **kw)
+        assert a.tokens == b.tokens and torch.equal(a.orders, b.orders)
+        assert a.stats.target_passes == b.stats.target_passes and a.stats.commits_per_pass == b.stats.commits_per_pass
+
+
+def test_orders_list_each_steps_positions_together(target):
+    """With a rule, `orders` still lists a block's positions in commit order: step by step, each step's positions
+    ascending."""
+    out = generate(target, PROMPTS[:1], "standard", eos_id=None, rule="steps:2", max_new_tokens=8, block_size=8)
+    order = out.orders[0, 0].tolist()
+    assert sorted(order) == list(range(8))
+    assert all(order[i] < order[i + 1] for i in range(0, 8, 2))
