@@ -257,6 +257,13 @@ def test_noise_rows_follow_the_request_id():
     assert 0 <= noise_row("x" * 1000) < 2**32
 
 
+def test_a_rule_option_is_checked():
+    with pytest.raises(ValueError, match="Spot: rule 'threshold:2'"):
+        SpotOptions.from_mapping({"rule": "threshold:2"})
+    with pytest.raises(ValueError, match="rewrites committed tokens"):
+        SpotOptions.from_mapping({"rule": "threshold:0.5,editing:0.5"})
+
+
 def test_options_are_checked():
     with pytest.raises(ValueError, match="unknown"):
         SpotOptions.from_mapping({"budgett": 4})
@@ -374,6 +381,28 @@ def test_low_confidence_one_commit_per_step_gives_the_same_tokens(sglang):
     assert spot_tokens == low_tokens
     assert spot_runner.forwards < low_runner.forwards
     RATIOS[("vs LowConfidence", 0.0)] = (spot_runner.forwards, low_runner.forwards)
+
+
+@pytest.mark.parametrize("threshold", [0.95, 0.5])
+def test_spot_speculates_sglangs_low_confidence_rule(sglang, threshold):
+    """SGLang's LowConfidence at its default threshold 0.95 (and 0.5, where it commits more per step): every masked
+    position above the threshold, else the most confident, from float32 logits at T = 0. Spot with the same rule
+    (`threshold:T`, strict) returns its tokens in fewer forwards; Spot without a drafter is that rule, forward for
+    forward."""
+    from sglang.srt.dllm.algorithm.low_confidence import LowConfidence
+    from sglang.srt.dllm.config import DllmConfig
+
+    model = TinyLM()
+    low = LowConfidence(DllmConfig("LowConfidence", {"threshold": threshold}, B, model.mask_id, 8,
+                                   first_done_first_out_mode=True))
+    low_tokens, low_runner = _serve(low, model, 0.0, real=True, contract=None)
+    rule = {"budget": 8, "rule": f"threshold:{threshold}"}
+    plain_tokens, plain_runner = _serve(_spot(model.mask_id, {**rule, "drafter": "none"}), model, 0.0, real=True)
+    spot_tokens, spot_runner = _serve(_spot(model.mask_id, rule), model, 0.0, real=True, contract=_check_contract)
+    assert plain_tokens == low_tokens and plain_runner.forwards == low_runner.forwards
+    assert spot_tokens == low_tokens
+    assert spot_runner.forwards < low_runner.forwards
+    RATIOS[(f"vs LowConfidence {threshold}", 0.0)] = (spot_runner.forwards, low_runner.forwards)
 
 
 def test_plugin_registers_spot_with_sglang(sglang):

@@ -182,11 +182,14 @@ class SpotDriver:
         packed = torch.full((bs, cap, B + 4), -1, dtype=torch.long, device=tree.states.device)
         packed[:, :n, :B] = tree.states
         for j, x in enumerate((tree.parents, tree.positions, tree.tokens, tree.depth)):
-            packed[:, :n, B + j] = x
+            if x is not None:  # a rule's step tree has no per-node commits (every rank knows the rule)
+                packed[:, :n, B + j] = x
         group.broadcast(packed, src=0)
         n = int((packed[:, 1:, B] >= 0).sum(1).max()) + 1 if cap > 1 else 1
         states = torch.where(packed[:, :n, :B] >= 0, packed[:, :n, :B], packed[:, :1, :B])
         parents, positions, tokens, depth = (packed[:, :n, B + j].contiguous() for j in range(4))
+        if tree.positions is None:
+            positions = tokens = None
         return Tree(states, parents, positions, tokens, depth.clamp_min(0))
 
 

@@ -24,6 +24,7 @@ from spot_kernels import CONFIDENCE_KINDS
 from .. import limits
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
 from ..round import RoundConfig, draft, settle
+from ..rules import parse_rule
 from ..tree import WIDTH, Tree, tree_branch
 from .layout import active_nodes
 
@@ -46,6 +47,7 @@ class SpotOptions:
     backend: str = "auto"  # spot_kernels backend
     max_tree_tokens: int = 16384  # most tokens one tree forward holds over the batch (SGLang's default
     # max_prefill_tokens): trees are cut to fit, never below the roots
+    rule: str = "one"  # the commit rule speculated (spot.rules): "threshold:0.95" is SGLang's LowConfidence
 
     @classmethod
     def from_mapping(cls, cfg) -> "SpotOptions":
@@ -67,6 +69,12 @@ class SpotOptions:
         if out.confidence not in CONFIDENCE_KINDS:
             raise ValueError(f"Spot: confidence must be one of {CONFIDENCE_KINDS}, got {out.confidence!r}")
         out.temperature = check_temperature(out.temperature, "Spot: temperature")
+        if not isinstance(out.rule, str):
+            raise ValueError(f"Spot: rule must be a string such as 'threshold:0.95', got {out.rule!r}")
+        try:
+            parse_rule(out.rule)
+        except ValueError as err:
+            raise ValueError(f"Spot: {err}") from None
         return out
 
 
@@ -100,7 +108,8 @@ class RequestState:
     row: int
     fixed: int  # positions fixed before the block's first forward (the prompt's tail)
     stale: dict | None = None  # the deepest accepted node's outputs, STALE_FIELDS -> [B, ...] (round.stale_features)
-    stale_step: int = -1  # commit step the stale features were recorded at
+    stale_step: int = -1  # step the stale features were recorded at
+    step: int = 0  # the commit rule's steps taken in the block (one commit per step: read from the block instead)
     forwards: int = 0  # forwards spent on this block
     commits: list = field(default_factory=list)  # commits per forward on this block
 
@@ -143,9 +152,11 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
             states[i] = RequestState(str(rids[i]), noise_row(rids[i]), n_fixed[i])
         elif s.rid != str(rids[i]):
             raise RuntimeError(f"Spot: request {rids[i]!r} was handed the state of request {s.rid!r}")
-    steps = [B - states[i].fixed - n_masked[i] for i in range(bs)]
-    if any(k < 0 for k in steps):
-        raise RuntimeError(f"Spot: a block has more masked positions than when it started: commit steps {steps}")
+    rule = parse_rule(options.rule)
+    commits_so_far = [B - states[i].fixed - n_masked[i] for i in range(bs)]
+    if any(k < 0 for k in commits_so_far):
+        raise RuntimeError(f"Spot: a block has more masked positions than when it started: commits {commits_so_far}")
+    steps = commits_so_far if rule.is_one else [s.step for s in states]
     active = [n > 0 for n in n_masked]
     temps = [check_temperature(float(t)) for t in temperatures]
     block_start = torch.tensor(block_starts, dtype=torch.long, device=dev)
@@ -162,7 +173,7 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
             groups.setdefault(temps[i], []).append(i)
     for t, idx in groups.items():
         ix = torch.tensor(idx, dtype=torch.long, device=dev)
-        cfg = round_config(options, drafter, t, mask_id)
+        cfg = round_config(options, drafter, t, mask_id, B, dev)
         stale = _stack_stale([states[i].stale for i in idx], block_start[ix], cfg, rows_t[ix], step_t[ix])
         tree = _put_tree(tree, ix, draft(cfg, drafter, block[ix], step_t[ix], rows_t[ix], stale))
     if broadcast is not None:
@@ -182,17 +193,17 @@ def spot_round(block: torch.Tensor, block_starts: list, rids: list, temperatures
             by_t.setdefault(temps[i], []).append(i)
     for t, idx in by_t.items():
         ix = torch.tensor(idx, dtype=torch.long, device=dev)
-        cfg = round_config(options, drafter, t, mask_id)
-        sub = Tree(*(getattr(tree, f.name)[ix] for f in fields(Tree)))
+        cfg = round_config(options, drafter, t, mask_id, B, dev)
+        sub = Tree(*(_rows(getattr(tree, f.name), ix) for f in fields(Tree)))
         out = settle(cfg, sub, logits[ix], block[ix], step_t[ix], rows_t[ix], block_start[ix])
-        if bool((out.n_acc == 0).any()):
+        if bool(((out.n_acc == 0) if out.stuck is None else out.stuck).any()):
             raise RuntimeError("Spot: the target produced no valid commit (NaN or all -inf logits) for a masked block")
         new_block[ix] = out.block
-        stale, n_acc = out.stale, out.n_acc
-        n_acc = n_acc.tolist()
+        stale = out.stale
+        n_acc, new_step = out.n_acc.tolist(), out.step.tolist()
         for j, i in enumerate(idx):
             states[i].stale = {name: getattr(stale, name)[j] for name in STALE_FIELDS}
-            states[i].stale_step = steps[i] + n_acc[j]
+            states[i].stale_step = states[i].step = new_step[j]
             commits[i] = n_acc[j]
     for i in range(bs):
         states[i].forwards += 1
@@ -207,14 +218,22 @@ def cap_tree_tokens(tree: Tree, max_tokens: int) -> Tree:
     cap = max(1, max_tokens // max(bs * B, 1))
     if n <= cap:
         return tree
-    return Tree(*(getattr(tree, f.name)[:, :cap].contiguous() for f in fields(Tree)))
+    return Tree(*(None if x is None else x[:, :cap].contiguous() for x in (getattr(tree, f.name) for f in fields(Tree))))
 
 
-def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int) -> RoundConfig:
+def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int, block_size: int,
+                 device) -> RoundConfig:
     """The round's configuration for the requests of one temperature: static (fixed shapes, no host sync inside
-    the round), no end-of-sequence closing (SGLang decides when a request stops)."""
-    return RoundConfig(mask_id, options.seed, temperature, options.confidence, options.top_k, options.backend,
-                       options.budget, options.width, tree_branch(drafter, options.branch), eos_id=None, static=True)
+    the round), no end-of-sequence closing (SGLang decides when a request stops), the options' commit rule."""
+    rule = parse_rule(options.rule)
+    confidence = rule.confidence or options.confidence
+    return RoundConfig(mask_id, options.seed, temperature, confidence, options.top_k, options.backend,
+                       options.budget, options.width, tree_branch(drafter, options.branch), eos_id=None, static=True,
+                       rule=None if rule.is_one else rule.tables(block_size, device))
+
+
+def _rows(x: torch.Tensor | None, ix: torch.Tensor) -> torch.Tensor | None:
+    return None if x is None else x[ix]
 
 
 def _stack_stale(per_request: list, block_start: torch.Tensor, cfg: RoundConfig, rows: torch.Tensor,
@@ -225,11 +244,15 @@ def _stack_stale(per_request: list, block_start: torch.Tensor, cfg: RoundConfig,
 
 
 def _put_tree(tree: Tree, ix: torch.Tensor, sub: Tree) -> Tree:
-    """`tree` with rows `ix` replaced by `sub`, both padded to the wider node count (padding: parent -1)."""
+    """`tree` with rows `ix` replaced by `sub`, both padded to the wider node count (padding: parent -1). A rule's
+    step tree has no per-node commits (positions, tokens None): the merged tree then has none either."""
     n = max(tree.parents.shape[1], sub.parents.shape[1])
     tree, sub = _pad(tree, n), _pad(sub, n)
+    if sub.positions is None:
+        tree.positions = tree.tokens = None
     for f in fields(Tree):
-        getattr(tree, f.name)[ix] = getattr(sub, f.name)
+        if getattr(tree, f.name) is not None:
+            getattr(tree, f.name)[ix] = getattr(sub, f.name)
     return tree
 
 
@@ -240,5 +263,9 @@ def _pad(tree: Tree, n: int) -> Tree:
     extra = n - m
     states = torch.cat((tree.states, tree.states[:, :1].expand(b, extra, B)), 1)
     none = tree.parents.new_full((b, extra), -1)
-    return Tree(states, torch.cat((tree.parents, none), 1), torch.cat((tree.positions, none), 1),
-                torch.cat((tree.tokens, none), 1), torch.cat((tree.depth, torch.zeros_like(none)), 1))
+
+    def grow(x):
+        return None if x is None else torch.cat((x, none), 1)
+
+    return Tree(states, grow(tree.parents), grow(tree.positions), grow(tree.tokens),
+                torch.cat((tree.depth, torch.zeros_like(none)), 1))
