@@ -218,7 +218,8 @@ def cap_tree_tokens(tree: Tree, max_tokens: int) -> Tree:
     cap = max(1, max_tokens // max(bs * B, 1))
     if n <= cap:
         return tree
-    return Tree(*(None if x is None else x[:, :cap].contiguous() for x in (getattr(tree, f.name) for f in fields(Tree))))
+    return Tree(*(None if x is None else x[:, :cap].contiguous()
+                  for x in (getattr(tree, f.name) for f in fields(Tree))))
 
 
 def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int, block_size: int,
