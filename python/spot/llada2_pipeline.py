@@ -1,11 +1,13 @@
 """A SPOT drop-in for diffusers' `LLaDA2Pipeline` (docs/integrations.md, "diffusers").
 
 `SpotLLaDA2Pipeline` takes the pipeline's components and call signature, plus `method`, `drafter`, `budget` and
-`seed`, and returns the pipeline's own tokens with fewer model calls. It reproduces the pipeline run with ONE
-commit per step (`num_inference_steps = block_length`, `threshold >= 1`, editing off, `minimal_topk = 1`): blocks
-aligned to absolute positions (the prompt's last partial block is decoded with its prompt tokens fixed), the model
-called on the window up to the current block's end with the pipeline's 2D mask and position ids, and no cache.
-A pass scores the N nodes of a draft tree as N copies of that window in one call (N batch rows).
+`seed`, and returns the pipeline's own tokens with fewer model calls. It reproduces the pipeline with editing off:
+its commit rule (BlockRefinementScheduler: every masked position whose confidence exceeds `threshold` if they reach
+the step's quota, else the quota's most confident; the quotas split `block_length` over `num_inference_steps`
+steps) is `threshold:T,steps:S` of spot.rules (docs/rules.md), speculated exactly; blocks aligned to absolute
+positions (the prompt's last partial block is decoded with its prompt tokens fixed), the model called on the window
+up to the current block's end with the pipeline's 2D mask and position ids, and no cache. A pass scores the N nodes
+of a draft tree as N copies of that window in one call (N batch rows).
 
 Exactness: at T = 0 the tokens equal the pipeline's (greedy argmax, commit by highest probability) up to each
 row's first end-of-sequence token (after it the pipeline may leave masks, this decoder fills end-of-sequence).
@@ -20,6 +22,7 @@ import torch
 
 from .decode import generate
 from .hf import _vocab_size
+from .rules import NotACommitRule
 from .target import Session, Target
 
 try:
@@ -32,36 +35,41 @@ except ImportError as e:  # pragma: no cover - the [hf] extra is part of the REA
 class SpotLLaDA2Pipeline(LLaDA2Pipeline):
     """`LLaDA2Pipeline` whose call decodes with SPOT. `pipe.model_calls` counts the model calls of the last call.
 
-    Every argument of `LLaDA2Pipeline.__call__` is accepted; settings that are not one-commit-per-step decoding
-    (a `threshold` below 1, editing, `minimal_topk` > 1, `top_p` / `top_k` filtering, callbacks) are refused
-    with a message, since SPOT is exact against that baseline only. `num_inference_steps` is ignored (one commit
-    per step is `block_length` steps per block).
+    Every argument of `LLaDA2Pipeline.__call__` is accepted, with its defaults. Editing (`editing_threshold` > 0,
+    the pipeline's default 0.5) rewrites committed tokens, which is not a commit rule: refused by name
+    (`spot.rules.NotACommitRule`), pass `editing_threshold=None`; `top_p` / `top_k` filtering and callbacks are
+    refused too. The rule: `threshold` (strict, float32 as the scheduler compares it) with the quotas of S =
+    min(num_inference_steps, gen_length // minimal_topk, block_length) steps per block (a schedule longer than the
+    block commits one position per step until the block is full, as the pipeline does); a threshold >= 1 leaves the
+    quotas alone, and S = block_length is then one commit per step.
     """
 
     model_calls = 0
 
     @torch.no_grad()
     def __call__(self, prompt=None, messages=None, input_ids=None, attention_mask=None, use_chat_template=True,
-                 add_generation_prompt=True, gen_length=2048, block_length=None, num_inference_steps=None,
-                 temperature=0.0, top_p=None, top_k=None, sampling_method="auto", threshold=1.0,
-                 editing_threshold=None, max_post_steps=16, minimal_topk=1, eos_early_stop=True, eos_token_id=None,
+                 add_generation_prompt=True, gen_length=2048, block_length=None, num_inference_steps=32,
+                 temperature=0.0, top_p=None, top_k=None, sampling_method="multinomial", threshold=0.7,
+                 editing_threshold=0.5, max_post_steps=16, minimal_topk=1, eos_early_stop=True, eos_token_id=None,
                  mask_token_id=None, generator=None, output_type="text", return_dict=True, callback_on_step_end=None,
                  callback_on_step_end_tensor_inputs=None, *, method: str = "spot", drafter=None, budget: int = 16,
                  seed: int = 0):
         if block_length is None:
             block_length = self.scheduler.config.block_length
-        refused = {"threshold < 1 (several commits per step)": threshold < 1.0,
-                   "editing_threshold > 0 (re-editing committed tokens)": bool(editing_threshold and
-                                                                               editing_threshold > 0),
-                   "minimal_topk > 1": minimal_topk != 1, "top_p / top_k filtering": top_p is not None or
-                   top_k is not None, "callbacks": callback_on_step_end is not None}
+        if editing_threshold is not None and editing_threshold > 0:
+            raise NotACommitRule(f"SpotLLaDA2Pipeline: editing_threshold={editing_threshold} (the pipeline's default "
+                                 "is 0.5) rewrites committed tokens, which is not a commit rule: SPOT verifies "
+                                 "monotone commits only; pass editing_threshold=None")
+        refused = {"top_p / top_k filtering": top_p is not None or top_k is not None,
+                   "callbacks": callback_on_step_end is not None}
         bad = [name for name, hit in refused.items() if hit]
         if bad:
-            raise ValueError(f"SpotLLaDA2Pipeline decodes one commit per step, exactly; refused: {', '.join(bad)}")
+            raise ValueError(f"SpotLLaDA2Pipeline decodes exactly; refused: {', '.join(bad)}")
         self.check_inputs(prompt=prompt, messages=messages, input_ids=input_ids, gen_length=gen_length,
-                          block_length=block_length, num_inference_steps=block_length, minimal_topk=1, threshold=1.0,
-                          sampling_method=sampling_method, output_type=output_type, callback_on_step_end=None,
-                          callback_on_step_end_tensor_inputs=None)
+                          block_length=block_length, num_inference_steps=num_inference_steps,
+                          minimal_topk=minimal_topk, threshold=threshold, sampling_method=sampling_method,
+                          output_type=output_type, callback_on_step_end=None, callback_on_step_end_tensor_inputs=None)
+        rule = _rule(threshold, num_inference_steps, gen_length, minimal_topk, block_length)
         prompt_ids, prompt_mask = self._prepare_input_ids(
             prompt=prompt, messages=messages, input_ids=input_ids, attention_mask=attention_mask,
             use_chat_template=use_chat_template, add_generation_prompt=add_generation_prompt, chat_template_kwargs=None)
@@ -90,7 +98,7 @@ class SpotLLaDA2Pipeline(LLaDA2Pipeline):
             stop = None  # an end-of-sequence token inside the prompt's share of the first block is not an answer's
         out = generate(target, x[:, :prompt_length].tolist(), method, max_new_tokens=total - first * block_length,
                        block_size=block_length, temperature=temperature, seed=seed, budget=budget,
-                       drafter=drafter if method == "spot" else None, eos_id=stop, allow_partial_block=True)
+                       drafter=drafter if method == "spot" else None, eos_id=stop, allow_partial_block=True, rule=rule)
         self.model_calls = out.stats.target_passes
         self._num_timesteps = self.model_calls
         sequences = x[:, prompt_length:prompt_length + gen_length]
@@ -101,6 +109,16 @@ class SpotLLaDA2Pipeline(LLaDA2Pipeline):
         if not return_dict:
             return sequences, texts
         return LLaDA2PipelineOutput(sequences=sequences, texts=texts)
+
+
+def _rule(threshold: float, steps: int, gen_length: int, minimal_topk: int, block_length: int) -> str:
+    """The scheduler's commit rule as a spot.rules string (see SpotLLaDA2Pipeline)."""
+    steps = min(int(steps), gen_length // max(int(minimal_topk), 1), block_length)
+    if steps < 1:
+        raise ValueError(f"SpotLLaDA2Pipeline: num_inference_steps={steps} leaves no step per block")
+    if threshold >= 1:  # no probability exceeds it: the quotas alone
+        return "one" if steps == block_length else f"steps:{steps}"
+    return f"threshold:{float(threshold)!r},steps:{steps}"
 
 
 def _through_eos(row: torch.Tensor, eos: int | None) -> torch.Tensor:
