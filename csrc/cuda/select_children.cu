@@ -1,28 +1,16 @@
 // spot::_select_children_cuda: drafter child selection (docs/ops.md, "Drafter child selection").
 //
-// One warp per frontier node; lane l owns block positions l, l + 32, ... Two warp reductions give the number of
-// eligible positions (masked, logit not NaN or -inf), the number of +inf logits and the finite maximum, a third
-// the normaliser sum exp(x - max). Each eligible position's rank among the eligible ones (logit descending, ties
-// lowest position) is counted directly (O(B^2 / 32) per node, B is a block size), and a position of rank r < k
-// writes child slot r. Its token is the Gumbel-max over its stale top-K entries with the child's coupled noise
-// (the same u32 words and float32 uniforms as the reference), computed by the owning lane. Stale tensors are read
-// through their strides, so expanded views cost nothing.
+// One warp per frontier node, running select_children.cuh's node_children (the per-node code, shared with
+// expand_frontier.cu): the k most likely masked positions by counting ranks, their path log-probabilities and
+// their tokens by the coupled-noise Gumbel-max over the stale top-K.
 
-#include "common.cuh"
+#include "select_children.cuh"
 
 namespace spot_cuda {
 namespace {
 
 constexpr int kThreads = 128;
 constexpr int kWarpsPerBlock = kThreads / 32;
-
-template <typename P>
-__device__ __forceinline__ P eligible_key(const P* logits, const bool* masked, int64_t j, bool& eligible) {
-  P x = logits[j];
-  if (x != x) x = -inf_of<P>();  // NaN counts as -inf
-  eligible = masked[j] && x > -inf_of<P>();
-  return x;
-}
 
 template <typename P, typename Q>
 __global__ void __launch_bounds__(kThreads)
@@ -34,104 +22,12 @@ __global__ void __launch_bounds__(kThreads)
                            bool tempered, int64_t frontier, int64_t block, int64_t k, int64_t* __restrict__ child_pos,
                            P* __restrict__ child_logprob, int64_t* __restrict__ child_tokens) {
   const int64_t f = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  if (f >= frontier) return;  // whole warps only: the shuffles below stay full-warp
-  const int lane = threadIdx.x & 31;
-  const P* logits = position_logits + f * block;
+  if (f >= frontier) return;  // whole warps only: the shuffles of node_children stay full-warp
   const bool* mask = masked + f * block;
-
-  int n_eligible = 0, n_inf = 0;
-  P m = -inf_of<P>();
-  for (int64_t j = lane; j < block; j += 32) {
-    bool e;
-    const P x = eligible_key(logits, mask, j, e);
-    if (!e) continue;
-    ++n_eligible;
-    if (x == inf_of<P>()) {
-      ++n_inf;
-    } else if (x > m) {
-      m = x;
-    }
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    n_eligible += shfl_xor(n_eligible, off);
-    n_inf += shfl_xor(n_inf, off);
-    const P o = shfl_xor(m, off);
-    m = o > m ? o : m;
-  }
-  // log of the normaliser over eligible positions; with +inf logits the limit: they share the mass equally.
-  P log_norm;
-  if (n_inf > 0) {
-    log_norm = dlog(static_cast<P>(n_inf));
-  } else {
-    P sum = P(0);
-    for (int64_t j = lane; j < block; j += 32) {
-      bool e;
-      const P x = eligible_key(logits, mask, j, e);
-      if (e) sum += dexp(x - m);
-    }
-    // Fixed-order tree sum, then lane 0's value for everyone.
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const P o = __shfl_down_sync(kFullMask, sum, off);
-      if (lane + off < 32) sum += o;
-    }
-    sum = shfl(sum, 0);
-    log_norm = n_eligible > 0 ? m + dlog(sum) : -inf_of<P>();
-  }
-  const P path = path_logprob[f];
-  const uint32_t key_base = skey;
-
-  for (int64_t j = lane; j < block; j += 32) {
-    bool e;
-    const P x = eligible_key(logits, mask, j, e);
-    if (!e) continue;
-    int64_t rank = 0;
-    for (int64_t i = 0; i < block && rank < k; ++i) {
-      bool ei;
-      const P xi = eligible_key(logits, mask, i, ei);
-      rank += ei && (xi > x || (xi == x && i < j));
-    }
-    if (rank >= k) continue;
-    const int64_t slot = f * k + rank;
-    child_pos[slot] = j;
-    P d;
-    if (n_inf > 0) {
-      d = x == inf_of<P>() ? P(0) - log_norm : -inf_of<P>();
-    } else {
-      d = x - log_norm;
-    }
-    child_logprob[slot] = path + d;
-
-    int64_t token = -1;
-    if (top > 0) {
-      const Q* probs = stale_p + f * sp0 + j * sp1;
-      const int64_t* ids = stale_id + f * si0 + j * si1;
-      if (!tempered) {
-        token = ids[0];
-      } else {
-        const uint32_t key = row_key(key_base, rows[f], block_start[f] + j, steps[f]);
-        Q best = -inf_of<Q>();
-        for (int64_t i = 0; i < top; ++i) {
-          const int64_t id = ids[i * si2];
-          const Q p = probs[i * sp2];
-          if (!(id >= 0 && p > Q(0))) continue;
-          const Q v = dlog(p) + gumbel_from_word<Q>(noise_word(key, id));
-          if (v > best || token < 0) {  // strict: ties keep the lowest i
-            best = v;
-            token = id;
-          }
-        }
-      }
-    }
-    child_tokens[slot] = token;
-  }
-  // Padding: fewer eligible positions than children asked for.
-  for (int64_t r = (n_eligible < k ? n_eligible : k) + lane; r < k; r += 32) {
-    child_pos[f * k + r] = -1;
-    child_logprob[f * k + r] = -inf_of<P>();
-    child_tokens[f * k + r] = -1;
-  }
+  const auto is_masked = [mask](int64_t j) { return mask[j]; };
+  const StaleTopK<Q> stale{stale_p + f * sp0, stale_id + f * si0, sp1, sp2, si1, si2, top};
+  node_children(position_logits + f * block, is_masked, block, path_logprob[f], stale, skey, rows[f], block_start[f],
+                steps[f], tempered, k, child_pos + f * k, child_logprob + f * k, child_tokens + f * k);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cuda(
