@@ -83,11 +83,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& block_start_in, const at::Tensor& steps_in, double temperature, int64_t mask_id, int64_t branch,
     int64_t width) {
   const char* op = "expand_frontier";
-  const auto pdt = position_logits_in.scalar_type();
-  TORCH_CHECK_TYPE(pdt == at::kFloat || pdt == at::kDouble, "spot.", op,
-                   ": position_logits must have dtype float32/float64, got ", dtype_name(pdt));
-  TORCH_CHECK_VALUE(position_logits_in.dim() == 2, "spot.", op, ": position_logits must have 2 dimensions, got shape ",
-                    shape_str(position_logits_in.sizes()));
+  const auto pdt = check_frontier_logits(op, position_logits_in, path_logprob_in);
   const int64_t frontier_nodes = position_logits_in.size(0), block = position_logits_in.size(1);
   check_dtype(op, "rows", rows_in, at::kLong);
   TORCH_CHECK_VALUE(rows_in.dim() == 1, "spot.", op, ": rows must have 1 dimensions, got shape ",
@@ -99,18 +95,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const int64_t w = b > 0 ? frontier_nodes / b : 0;
   check_dtype(op, "states", states_in, at::kLong);
   check_shape(op, "states", states_in, {frontier_nodes, block}, "position_logits.shape");
-  check_dtype(op, "path_logprob", path_logprob_in, pdt);
-  check_shape(op, "path_logprob", path_logprob_in, {frontier_nodes}, "[F] from position_logits");
-  const auto qdt = stale_topk_probs.scalar_type();
-  TORCH_CHECK_TYPE(qdt == at::kFloat || qdt == at::kDouble, "spot.", op,
-                   ": stale_topk_probs must have dtype float32/float64, got ", dtype_name(qdt));
-  TORCH_CHECK_VALUE(stale_topk_probs.dim() == 3, "spot.", op, ": stale_topk_probs must have 3 dimensions, got shape ",
-                    shape_str(stale_topk_probs.sizes()));
-  TORCH_CHECK_VALUE(stale_topk_probs.size(0) == b && stale_topk_probs.size(1) == block, "spot.", op,
-                    ": stale_topk_probs must have shape [b, B, K] = [", b, ", ", block,
-                    ", K] (b from rows, B from position_logits), got ", shape_str(stale_topk_probs.sizes()));
-  check_dtype(op, "stale_topk_ids", stale_topk_ids, at::kLong);
-  check_shape(op, "stale_topk_ids", stale_topk_ids, stale_topk_probs.sizes(), "stale_topk_probs.shape");
+  const auto qdt = check_stale_topk(op, stale_topk_probs, stale_topk_ids, b, block, "[b, B, K]",
+                                    "b from rows, B from position_logits");
   check_dtype(op, "block_start", block_start_in, at::kLong);
   check_shape(op, "block_start", block_start_in, {b}, "[b] from rows");
   check_dtype(op, "steps", steps_in, at::kLong);
@@ -146,27 +132,20 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const int64_t top = stale_topk_probs.size(2);
   const auto stream = c10::cuda::getCurrentCUDAStream(position_logits_in.device().index());
 
-#define SPOT_EXPAND_LAUNCH(P, Q)                                                                                     \
-  auto kernel = expand_frontier_kernel<P, Q>;                                                                        \
-  SPOT_LAUNCH(kernel, static_cast<unsigned>(b), kThreads, 0, stream,                                                 \
-      logits.data_ptr<P>(), states.data_ptr<int64_t>(), path.data_ptr<P>(), stale_topk_probs.data_ptr<Q>(),          \
-      stale_topk_ids.data_ptr<int64_t>(), stale_topk_probs.stride(0), stale_topk_probs.stride(1),                   \
-      stale_topk_probs.stride(2), stale_topk_ids.stride(0), stale_topk_ids.stride(1), stale_topk_ids.stride(2), top, \
-      seed_key(seed), rows.data_ptr<int64_t>(), block_start.data_ptr<int64_t>(), steps.data_ptr<int64_t>(),         \
-      temperature > 0, mask_id, w, block, branch, kept, child_pos.data_ptr<int64_t>(), child_logprob.data_ptr<P>(), \
-      child_tokens.data_ptr<int64_t>(), child_states.data_ptr<int64_t>(), frontier.data_ptr<int64_t>(),             \
-      frontier_states.data_ptr<int64_t>(), frontier_logprob.data_ptr<P>())
-
-  if (pdt == at::kFloat && qdt == at::kFloat) {
-    SPOT_EXPAND_LAUNCH(float, float);
-  } else if (pdt == at::kFloat) {
-    SPOT_EXPAND_LAUNCH(float, double);
-  } else if (qdt == at::kFloat) {
-    SPOT_EXPAND_LAUNCH(double, float);
-  } else {
-    SPOT_EXPAND_LAUNCH(double, double);
-  }
-#undef SPOT_EXPAND_LAUNCH
+  with_children_dtypes(pdt, qdt, [&](auto p_type, auto q_type) {
+    using P = decltype(p_type);
+    using Q = decltype(q_type);
+    auto kernel = expand_frontier_kernel<P, Q>;
+    SPOT_LAUNCH(kernel, static_cast<unsigned>(b), kThreads, 0, stream, logits.data_ptr<P>(),
+                states.data_ptr<int64_t>(), path.data_ptr<P>(), stale_topk_probs.data_ptr<Q>(),
+                stale_topk_ids.data_ptr<int64_t>(), stale_topk_probs.stride(0), stale_topk_probs.stride(1),
+                stale_topk_probs.stride(2), stale_topk_ids.stride(0), stale_topk_ids.stride(1),
+                stale_topk_ids.stride(2), top, seed_key(seed), rows.data_ptr<int64_t>(),
+                block_start.data_ptr<int64_t>(), steps.data_ptr<int64_t>(), temperature > 0, mask_id, w, block,
+                branch, kept, child_pos.data_ptr<int64_t>(), child_logprob.data_ptr<P>(),
+                child_tokens.data_ptr<int64_t>(), child_states.data_ptr<int64_t>(), frontier.data_ptr<int64_t>(),
+                frontier_states.data_ptr<int64_t>(), frontier_logprob.data_ptr<P>());
+  });
   SPOT_LAUNCH_CHECK();
   return {child_pos, child_logprob, child_tokens, child_states, frontier, frontier_states, frontier_logprob};
 }

@@ -408,9 +408,10 @@ at::Tensor order_logits_cuda(const at::Tensor& features_in, const at::Tensor& st
   TORCH_CHECK_VALUE(weights.is_contiguous(), "spot.", op, ": weights must be contiguous (one packed tensor)");
   TORCH_CHECK_VALUE(n == 0 || rows >= 1, "spot.", op, ": node_row must lie in [0, 0) (a row of features), got ", n,
                     " nodes");
-  TORCH_CHECK_VALUE(d_model < (1 << 20) && d_ff < (1 << 24) && n_in < (1 << 24) && token_dim < (1 << 24), "spot.", op,
-                    " (cuda backend): d_model, d_ff and the input widths must be < 2^20, 2^24, got ", d_model, ", ",
-                    d_ff);
+  for (const int64_t size : {block, n_in, d_model, d_ff, token_dim, max_block, max_depth, n_layers}) {
+    TORCH_CHECK_VALUE(size < (int64_t{1} << 24), "spot.", op, " (cuda backend): every size must be < 2^24, got ",
+                      size);
+  }
   check_cuda(op, {{"features", &features_in}, {"stale_masked", &stale_masked_in}, {"node_row", &node_row_in},
                   {"node_masked", &node_masked_in}, {"depth", &depth_in}, {"weights", &weights}});
   if (tokens_in.has_value()) check_cuda(op, {{"features", &features_in}, {"tokens", &*tokens_in}});
@@ -472,6 +473,8 @@ at::Tensor order_logits_cuda(const at::Tensor& features_in, const at::Tensor& st
   p.at_tile = p.at_probs + static_cast<int64_t>(kWarps) * block;
   p.floats = p.at_tile + kTileK * kTileLd;
   p.floats = (p.floats + 3) / 4 * 4;  // 16-byte aligned slices of the global workspace
+  TORCH_CHECK_VALUE(p.floats < (int64_t{1} << 31), "spot.", op, " (cuda backend): B = ", block, " positions x d_model ",
+                    d_model, " need ", p.floats, " floats of workspace per node, more than 2^31");
 
   const int device = features_in.device().index();
   const int64_t bytes = p.floats * static_cast<int64_t>(sizeof(float));

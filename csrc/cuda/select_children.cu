@@ -35,26 +35,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cuda(
     const at::Tensor& stale_topk_probs, const at::Tensor& stale_topk_ids, int64_t seed, const at::Tensor& rows_in,
     const at::Tensor& block_start_in, const at::Tensor& steps_in, double temperature, int64_t k) {
   const char* op = "select_children";
-  const auto pdt = position_logits_in.scalar_type();
-  TORCH_CHECK_TYPE(pdt == at::kFloat || pdt == at::kDouble, "spot.", op,
-                   ": position_logits must have dtype float32/float64, got ", dtype_name(pdt));
-  TORCH_CHECK_VALUE(position_logits_in.dim() == 2, "spot.", op, ": position_logits must have 2 dimensions, got shape ",
-                    shape_str(position_logits_in.sizes()));
+  const auto pdt = check_frontier_logits(op, position_logits_in, path_logprob_in);
   const int64_t frontier = position_logits_in.size(0), block = position_logits_in.size(1);
   check_dtype(op, "masked", masked_in, at::kBool);
   check_shape(op, "masked", masked_in, {frontier, block}, "position_logits.shape");
-  check_dtype(op, "path_logprob", path_logprob_in, pdt);
-  check_shape(op, "path_logprob", path_logprob_in, {frontier}, "[F] from position_logits");
-  const auto qdt = stale_topk_probs.scalar_type();
-  TORCH_CHECK_TYPE(qdt == at::kFloat || qdt == at::kDouble, "spot.", op,
-                   ": stale_topk_probs must have dtype float32/float64, got ", dtype_name(qdt));
-  TORCH_CHECK_VALUE(stale_topk_probs.dim() == 3, "spot.", op, ": stale_topk_probs must have 3 dimensions, got shape ",
-                    shape_str(stale_topk_probs.sizes()));
-  TORCH_CHECK_VALUE(stale_topk_probs.size(0) == frontier && stale_topk_probs.size(1) == block, "spot.", op,
-                    ": stale_topk_probs must have shape [F, B, K] = [", frontier, ", ", block,
-                    ", K] (F, B from position_logits), got ", shape_str(stale_topk_probs.sizes()));
-  check_dtype(op, "stale_topk_ids", stale_topk_ids, at::kLong);
-  check_shape(op, "stale_topk_ids", stale_topk_ids, stale_topk_probs.sizes(), "stale_topk_probs.shape");
+  const auto qdt = check_stale_topk(op, stale_topk_probs, stale_topk_ids, frontier, block, "[F, B, K]",
+                                    "F, B from position_logits");
   check_dtype(op, "rows", rows_in, at::kLong);
   check_shape(op, "rows", rows_in, {frontier}, "[F] from position_logits");
   check_dtype(op, "block_start", block_start_in, at::kLong);
@@ -85,26 +71,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cuda(
   const auto stream = c10::cuda::getCurrentCUDAStream(position_logits_in.device().index());
   const unsigned grid = static_cast<unsigned>(ceil_div(frontier, kWarpsPerBlock));
 
-#define SPOT_SELECT_LAUNCH(P, Q)                                                                                     \
-  auto kernel = select_children_kernel<P, Q>;                                                                        \
-  SPOT_LAUNCH(kernel, grid, kThreads, 0, stream,                                                                     \
-      logits.data_ptr<P>(), masked.data_ptr<bool>(), path.data_ptr<P>(), stale_topk_probs.data_ptr<Q>(),             \
-      stale_topk_ids.data_ptr<int64_t>(), stale_topk_probs.stride(0), stale_topk_probs.stride(1),                   \
-      stale_topk_probs.stride(2), stale_topk_ids.stride(0), stale_topk_ids.stride(1), stale_topk_ids.stride(2), top, \
-      seed_key(seed), rows.data_ptr<int64_t>(), block_start.data_ptr<int64_t>(), steps.data_ptr<int64_t>(),         \
-      temperature > 0, frontier, block, k, child_pos.data_ptr<int64_t>(), child_logprob.data_ptr<P>(),             \
-      child_tokens.data_ptr<int64_t>())
-
-  if (pdt == at::kFloat && qdt == at::kFloat) {
-    SPOT_SELECT_LAUNCH(float, float);
-  } else if (pdt == at::kFloat) {
-    SPOT_SELECT_LAUNCH(float, double);
-  } else if (qdt == at::kFloat) {
-    SPOT_SELECT_LAUNCH(double, float);
-  } else {
-    SPOT_SELECT_LAUNCH(double, double);
-  }
-#undef SPOT_SELECT_LAUNCH
+  with_children_dtypes(pdt, qdt, [&](auto p_type, auto q_type) {
+    using P = decltype(p_type);
+    using Q = decltype(q_type);
+    auto kernel = select_children_kernel<P, Q>;
+    SPOT_LAUNCH(kernel, grid, kThreads, 0, stream, logits.data_ptr<P>(), masked.data_ptr<bool>(), path.data_ptr<P>(),
+                stale_topk_probs.data_ptr<Q>(), stale_topk_ids.data_ptr<int64_t>(), stale_topk_probs.stride(0),
+                stale_topk_probs.stride(1), stale_topk_probs.stride(2), stale_topk_ids.stride(0),
+                stale_topk_ids.stride(1), stale_topk_ids.stride(2), top, seed_key(seed), rows.data_ptr<int64_t>(),
+                block_start.data_ptr<int64_t>(), steps.data_ptr<int64_t>(), temperature > 0, frontier, block, k,
+                child_pos.data_ptr<int64_t>(), child_logprob.data_ptr<P>(), child_tokens.data_ptr<int64_t>());
+  });
   SPOT_LAUNCH_CHECK();
   return {child_pos, child_logprob, child_tokens};
 }

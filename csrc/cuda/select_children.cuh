@@ -1,7 +1,7 @@
 // select_children's per-node device code (docs/ops.md, "Drafter child selection"), shared by the kernels of
 // spot::_select_children_cuda (select_children.cu, one warp per frontier node) and spot::_expand_frontier_cuda
 // (expand_frontier.cu, the warps of a row's block over its frontier nodes), as the Triton kernels share
-// `node_children`.
+// `node_children`; and the host checks and dtype dispatch of both launches.
 //
 // One warp computes one node's k children; lane l owns block positions l, l + 32, ... Two warp reductions give the
 // number of eligible positions (masked, logit not NaN or -inf), the number of +inf logits and the finite maximum, a
@@ -131,6 +131,52 @@ __device__ void node_children(const P* logits, const Masked& masked, int64_t blo
     pos_out[r] = -1;
     lp_out[r] = -inf_of<P>();
     tok_out[r] = -1;
+  }
+}
+
+// ------------------------------------------------------------------------------------ host code both ops share
+
+// position_logits [F, B] float32/float64 and path_logprob [F] of its dtype; returns that dtype.
+inline c10::ScalarType check_frontier_logits(const char* op, const at::Tensor& logits, const at::Tensor& path) {
+  const auto pdt = logits.scalar_type();
+  TORCH_CHECK_TYPE(pdt == at::kFloat || pdt == at::kDouble, "spot.", op,
+                   ": position_logits must have dtype float32/float64, got ", dtype_name(pdt));
+  TORCH_CHECK_VALUE(logits.dim() == 2, "spot.", op, ": position_logits must have 2 dimensions, got shape ",
+                    shape_str(logits.sizes()));
+  check_dtype(op, "path_logprob", path, pdt);
+  check_shape(op, "path_logprob", path, {logits.size(0)}, "[F] from position_logits");
+  return pdt;
+}
+
+// stale_topk_probs [lead, B, K] float32/float64 and stale_topk_ids int64 of its shape (`shape` and `from` name lead
+// and B in the message: "[F, B, K]", "F, B from position_logits"); returns the probabilities' dtype.
+inline c10::ScalarType check_stale_topk(const char* op, const at::Tensor& probs, const at::Tensor& ids, int64_t lead,
+                                        int64_t block, const char* shape, const char* from) {
+  const auto qdt = probs.scalar_type();
+  TORCH_CHECK_TYPE(qdt == at::kFloat || qdt == at::kDouble, "spot.", op,
+                   ": stale_topk_probs must have dtype float32/float64, got ", dtype_name(qdt));
+  TORCH_CHECK_VALUE(probs.dim() == 3, "spot.", op, ": stale_topk_probs must have 3 dimensions, got shape ",
+                    shape_str(probs.sizes()));
+  TORCH_CHECK_VALUE(probs.size(0) == lead && probs.size(1) == block, "spot.", op, ": stale_topk_probs must have shape ",
+                    shape, " = [", lead, ", ", block, ", K] (", from, "), got ", shape_str(probs.sizes()));
+  check_dtype(op, "stale_topk_ids", ids, at::kLong);
+  check_shape(op, "stale_topk_ids", ids, probs.sizes(), "stale_topk_probs.shape");
+  return qdt;
+}
+
+// f(P(), Q()) with P, Q the compute types (float or double) of the position logits and of the stale probabilities.
+template <typename F>
+void with_children_dtypes(c10::ScalarType pdt, c10::ScalarType qdt, const F& f) {
+  if (pdt == at::kFloat) {
+    if (qdt == at::kFloat) {
+      f(float(), float());
+    } else {
+      f(float(), double());
+    }
+  } else if (qdt == at::kFloat) {
+    f(double(), float());
+  } else {
+    f(double(), double());
   }
 }
 

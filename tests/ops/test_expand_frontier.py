@@ -99,6 +99,18 @@ def test_ties_go_to_the_lower_index():
 
 # ------------------------------------------------------------------------------- backends against the reference
 
+def assert_expansion_matches(got, want, dtype):
+    """A backend's outputs against the reference's: integers equal, log-probabilities within select_children's
+    tolerance for the logits' dtype."""
+    for name, x, y in zip(spot_kernels.Expansion._fields, got, want):
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        if x.is_floating_point():
+            tol = 2e-6 if dtype == torch.float32 else 1e-12
+            torch.testing.assert_close(x, y, rtol=tol, atol=tol, msg=name)
+        else:
+            assert torch.equal(x, y), name
+
+
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
 def test_backend_ties_go_to_the_lower_index(backend):
     args = make_args(3, b=2, w=3, temperature=0.0, branch=2, width=4)
@@ -119,14 +131,7 @@ def test_backend_matches_reference(backend, dtype, temperature):
     for seed, (b, w, block, top, branch, width) in enumerate(
             [(3, 2, 8, 4, 3, 4), (2, 4, 6, 3, 9, 2), (4, 1, 32, 8, 4, 4), (1, 3, 5, 0, 2, 1)]):
         args = backend.to(*make_args(seed, b, w, block, top, dtype, temperature, branch, width))
-        got, want = backend.both("expand_frontier", *args)
-        for name, x, y in zip(spot_kernels.Expansion._fields, got, want):
-            assert x.dtype == y.dtype and x.shape == y.shape, name
-            if x.is_floating_point():
-                tol = 2e-6 if dtype == torch.float32 else 1e-12
-                torch.testing.assert_close(x, y, rtol=tol, atol=tol, msg=name)
-            else:
-                assert torch.equal(x, y), name
+        assert_expansion_matches(*backend.both("expand_frontier", *args), dtype)
 
 
 @pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
@@ -158,13 +163,7 @@ def test_cpp_kernels_at_wider_rows(backend, pdt, qdt, temperature):
         args = make_args(20 + seed, b, w, block, top, pdt, temperature, branch, width)
         args[3] = args[3].to(qdt)
         got, want = backend.both("expand_frontier", *backend.to(*args))
-        for name, x, y in zip(spot_kernels.Expansion._fields, got, want):
-            assert x.dtype == y.dtype and x.shape == y.shape, name
-            if x.is_floating_point():
-                tol = 2e-6 if pdt == torch.float32 else 1e-12
-                torch.testing.assert_close(x, y, rtol=tol, atol=tol, msg=name)
-            else:
-                assert torch.equal(x, y), name
+        assert_expansion_matches(got, want, pdt)
         assert (got[4] >= 0).all() and got[4].shape == (b, min(width, w * branch))
 
 
