@@ -22,18 +22,17 @@ constexpr int kWarps = kThreads / 32;
 template <typename P, typename Q>
 __global__ void __launch_bounds__(kThreads)
     expand_frontier_kernel(const P* __restrict__ position_logits, const int64_t* __restrict__ states,
-                           const P* __restrict__ path_logprob, const Q* __restrict__ stale_p,
-                           const int64_t* __restrict__ stale_id, int64_t sp0, int64_t sp1, int64_t sp2, int64_t si0,
-                           int64_t si1, int64_t si2, int64_t top, uint32_t skey, const int64_t* __restrict__ rows,
-                           const int64_t* __restrict__ block_start, const int64_t* __restrict__ steps, bool tempered,
-                           int64_t mask_id, int64_t w, int64_t block, int64_t branch, int64_t kept,
+                           const P* __restrict__ path_logprob, StaleTopK<Q> stale_rows, uint32_t skey,
+                           const int64_t* __restrict__ rows, const int64_t* __restrict__ block_start,
+                           const int64_t* __restrict__ steps, bool tempered, int64_t mask_id, int64_t w, int64_t block,
+                           int64_t branch, int64_t kept,
                            int64_t* __restrict__ child_pos, P* __restrict__ child_logprob,
                            int64_t* __restrict__ child_tokens, int64_t* __restrict__ child_states,
                            int64_t* __restrict__ frontier, int64_t* __restrict__ frontier_states,
                            P* __restrict__ frontier_logprob) {
   const int64_t r = blockIdx.x;
   const int64_t n = w * branch;
-  const StaleTopK<Q> stale{stale_p + r * sp0, stale_id + r * si0, sp1, sp2, si1, si2, top};
+  const StaleTopK<Q> stale = stale_rows.at(r);
   // Warp-uniform loop: every lane of a warp takes the same nodes, so node_children's shuffles stay full-warp.
   for (int64_t s = threadIdx.x >> 5; s < w; s += kWarps) {
     const int64_t f = r * w + s;
@@ -129,7 +128,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const at::Tensor rows = rows_in.contiguous();
   const at::Tensor block_start = block_start_in.contiguous();
   const at::Tensor steps = steps_in.contiguous();
-  const int64_t top = stale_topk_probs.size(2);
   const auto stream = c10::cuda::getCurrentCUDAStream(position_logits_in.device().index());
 
   with_children_dtypes(pdt, qdt, [&](auto p_type, auto q_type) {
@@ -137,10 +135,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     using Q = decltype(q_type);
     auto kernel = expand_frontier_kernel<P, Q>;
     SPOT_LAUNCH(kernel, static_cast<unsigned>(b), kThreads, 0, stream, logits.data_ptr<P>(),
-                states.data_ptr<int64_t>(), path.data_ptr<P>(), stale_topk_probs.data_ptr<Q>(),
-                stale_topk_ids.data_ptr<int64_t>(), stale_topk_probs.stride(0), stale_topk_probs.stride(1),
-                stale_topk_probs.stride(2), stale_topk_ids.stride(0), stale_topk_ids.stride(1),
-                stale_topk_ids.stride(2), top, seed_key(seed), rows.data_ptr<int64_t>(),
+                states.data_ptr<int64_t>(), path.data_ptr<P>(), stale_topk<Q>(stale_topk_probs, stale_topk_ids),
+                seed_key(seed), rows.data_ptr<int64_t>(),
                 block_start.data_ptr<int64_t>(), steps.data_ptr<int64_t>(), temperature > 0, mask_id, w, block,
                 branch, kept, child_pos.data_ptr<int64_t>(), child_logprob.data_ptr<P>(),
                 child_tokens.data_ptr<int64_t>(), child_states.data_ptr<int64_t>(), frontier.data_ptr<int64_t>(),

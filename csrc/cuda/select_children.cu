@@ -15,19 +15,17 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 template <typename P, typename Q>
 __global__ void __launch_bounds__(kThreads)
     select_children_kernel(const P* __restrict__ position_logits, const bool* __restrict__ masked,
-                           const P* __restrict__ path_logprob, const Q* __restrict__ stale_p,
-                           const int64_t* __restrict__ stale_id, int64_t sp0, int64_t sp1, int64_t sp2, int64_t si0,
-                           int64_t si1, int64_t si2, int64_t top, uint32_t skey, const int64_t* __restrict__ rows,
-                           const int64_t* __restrict__ block_start, const int64_t* __restrict__ steps,
-                           bool tempered, int64_t frontier, int64_t block, int64_t k, int64_t* __restrict__ child_pos,
-                           P* __restrict__ child_logprob, int64_t* __restrict__ child_tokens) {
+                           const P* __restrict__ path_logprob, StaleTopK<Q> stale, uint32_t skey,
+                           const int64_t* __restrict__ rows, const int64_t* __restrict__ block_start,
+                           const int64_t* __restrict__ steps, bool tempered, int64_t frontier, int64_t block, int64_t k,
+                           int64_t* __restrict__ child_pos, P* __restrict__ child_logprob,
+                           int64_t* __restrict__ child_tokens) {
   const int64_t f = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   if (f >= frontier) return;  // whole warps only: the shuffles of node_children stay full-warp
   const bool* mask = masked + f * block;
   const auto is_masked = [mask](int64_t j) { return mask[j]; };
-  const StaleTopK<Q> stale{stale_p + f * sp0, stale_id + f * si0, sp1, sp2, si1, si2, top};
-  node_children(position_logits + f * block, is_masked, block, path_logprob[f], stale, skey, rows[f], block_start[f],
-                steps[f], tempered, k, child_pos + f * k, child_logprob + f * k, child_tokens + f * k);
+  node_children(position_logits + f * block, is_masked, block, path_logprob[f], stale.at(f), skey, rows[f],
+                block_start[f], steps[f], tempered, k, child_pos + f * k, child_logprob + f * k, child_tokens + f * k);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cuda(
@@ -67,7 +65,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cuda(
   const at::Tensor rows = rows_in.contiguous();
   const at::Tensor block_start = block_start_in.contiguous();
   const at::Tensor steps = steps_in.contiguous();
-  const int64_t top = stale_topk_probs.size(2);
   const auto stream = c10::cuda::getCurrentCUDAStream(position_logits_in.device().index());
   const unsigned grid = static_cast<unsigned>(ceil_div(frontier, kWarpsPerBlock));
 
@@ -76,9 +73,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cuda(
     using Q = decltype(q_type);
     auto kernel = select_children_kernel<P, Q>;
     SPOT_LAUNCH(kernel, grid, kThreads, 0, stream, logits.data_ptr<P>(), masked.data_ptr<bool>(), path.data_ptr<P>(),
-                stale_topk_probs.data_ptr<Q>(), stale_topk_ids.data_ptr<int64_t>(), stale_topk_probs.stride(0),
-                stale_topk_probs.stride(1), stale_topk_probs.stride(2), stale_topk_ids.stride(0),
-                stale_topk_ids.stride(1), stale_topk_ids.stride(2), top, seed_key(seed), rows.data_ptr<int64_t>(),
+                stale_topk<Q>(stale_topk_probs, stale_topk_ids), seed_key(seed), rows.data_ptr<int64_t>(),
                 block_start.data_ptr<int64_t>(), steps.data_ptr<int64_t>(), temperature > 0, frontier, block, k,
                 child_pos.data_ptr<int64_t>(), child_logprob.data_ptr<P>(), child_tokens.data_ptr<int64_t>());
   });

@@ -24,18 +24,26 @@ __device__ __forceinline__ P eligible_key(const P* logits, const Masked& masked,
   return x;
 }
 
-// The stale top-K of one node's row: probs / ids at position 0, entry (j, i) at j * p_pos + i * p_entry (probs) and
-// j * i_pos + i * i_entry (ids).
+// The stale top-K, read through its strides (expanded views cost nothing): entry (r, j, i) of the probabilities at
+// r * p_lead + j * p_pos + i * p_entry, of the ids likewise; r is a frontier node or a row, j a position.
 template <typename Q>
 struct StaleTopK {
   const Q* probs;
   const int64_t* ids;
-  int64_t p_pos, p_entry, i_pos, i_entry, top;
+  int64_t p_lead, p_pos, p_entry, i_lead, i_pos, i_entry, top;
+
+  // The top-K of node or row r (its entries from position 0).
+  __device__ StaleTopK at(int64_t r) const {
+    StaleTopK s = *this;
+    s.probs += r * p_lead;
+    s.ids += r * i_lead;
+    return s;
+  }
 };
 
 // The k children of one frontier node, written to slots 0..k-1 of pos_out / lp_out / tok_out. Called by a whole warp
 // (every lane, the same arguments). logits: the node's B logits; masked(j): whether position j is masked; path: the
-// node's path log-probability; stale: its row's top-K; row, start, step: its noise row, block start and step;
+// node's path log-probability; stale: its top-K (StaleTopK::at); row, start, step: its noise row, block start and step;
 // skey: seed_key(seed); tempered: temperature > 0.
 template <typename P, typename Q, typename Masked>
 __device__ void node_children(const P* logits, const Masked& masked, int64_t block, P path, const StaleTopK<Q>& stale,
@@ -162,6 +170,12 @@ inline c10::ScalarType check_stale_topk(const char* op, const at::Tensor& probs,
   check_dtype(op, "stale_topk_ids", ids, at::kLong);
   check_shape(op, "stale_topk_ids", ids, probs.sizes(), "stale_topk_probs.shape");
   return qdt;
+}
+
+template <typename Q>
+inline StaleTopK<Q> stale_topk(const at::Tensor& probs, const at::Tensor& ids) {
+  return {probs.data_ptr<Q>(), ids.data_ptr<int64_t>(), probs.stride(0), probs.stride(1), probs.stride(2),
+          ids.stride(0), ids.stride(1), ids.stride(2), probs.size(2)};
 }
 
 // f(P(), Q()) with P, Q the compute types (float or double) of the position logits and of the stale probabilities.
