@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import spot_kernels
+from common import order_inputs
 
 I64 = torch.int64
 THREADS = int(os.environ.get("SPOT_BENCH_THREADS", "1"))
@@ -59,26 +60,6 @@ def _verify_args(b, n, width):
     return (parents, draft_pos, draft_tokens, target_pos, target_tokens, torch.zeros(b, width, dtype=I64))
 
 
-def _order_args(nodes, block=32):
-    """The shipped drafter's op arguments for `nodes` draft nodes of one stale row (random stale inputs, about
-    half the positions masked, as mid-block)."""
-    from spot import load_drafter
-    from spot.order_model import pack_order_weights
-
-    model = load_drafter().model
-    cfg = model.cfg
-    g = torch.Generator().manual_seed(0)
-    probs = torch.softmax(3 * torch.randn(1, block, cfg.top_k, generator=g), -1).sort(-1, descending=True).values
-    stale_masked = torch.rand(1, block, generator=g) < 0.7
-    with torch.no_grad():
-        stale = model.stale_inputs(probs, torch.rand(1, block, generator=g), stale_masked,
-                                   torch.randint(0, cfg.vocab_size, (1, block), generator=g))
-    node_masked = stale_masked & (torch.rand(nodes, block, generator=g) < 0.8)
-    return (stale.features, stale.masked, stale.tokens, torch.zeros(nodes, dtype=I64), node_masked,
-            torch.arange(nodes, dtype=I64) % 4, torch.rand(1, block, generator=g), pack_order_weights(model),
-            cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.d_ff, cfg.max_block, cfg.max_depth, 1.25)
-
-
 CASES = {
     "score-T1-8x32x32000": ("score", lambda: _score_args(8, 32, 32000, 1.0)),
     "score-T0-8x32x32000": ("score", lambda: _score_args(8, 32, 32000, 0.0)),
@@ -87,11 +68,11 @@ CASES = {
     "noise-8x32x32000": ("noise_uniform", lambda: _noise_args(8, 32, 32000)),
     "select_children-F64-B32-K32-k4": ("select_children", lambda: _children_args(64, 32, 32, 4)),
     "verify_tree-b32-N8-B32": ("verify_tree", lambda: _verify_args(32, 8, 32)),
-    "order_logits-N1-B16": ("order_logits", lambda: _order_args(1, 16)),
-    "order_logits-N4-B16": ("order_logits", lambda: _order_args(4, 16)),
-    "order_logits-N1-B32": ("order_logits", lambda: _order_args(1)),
-    "order_logits-N4-B32": ("order_logits", lambda: _order_args(4)),
-    "order_logits-N16-B32": ("order_logits", lambda: _order_args(16)),
+    "order_logits-N1-B16": ("order_logits", lambda: order_inputs(1, 16, device="cpu")),
+    "order_logits-N4-B16": ("order_logits", lambda: order_inputs(4, 16, device="cpu")),
+    "order_logits-N1-B32": ("order_logits", lambda: order_inputs(1, device="cpu")),
+    "order_logits-N4-B32": ("order_logits", lambda: order_inputs(4, device="cpu")),
+    "order_logits-N16-B32": ("order_logits", lambda: order_inputs(16, device="cpu")),
 }
 
 

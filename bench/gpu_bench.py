@@ -7,6 +7,9 @@ goals of the Triton issue measured in one run:
     which leaves out the Python launch cost);
   - tree_attention with prefix 2048, 16 nodes x 32 positions, 32 query heads, 8 KV heads, head dim 128, bf16:
     against PyTorch SDPA with a dense mask and FlexAttention with a block mask on the same inputs;
+  - the drafting ops, expand_frontier (one tree depth) and order_logits (the shipped drafter's forward, d_model 128,
+    3 layers, 8 heads, B 32 and 64, 1 to 256 nodes): the CUDA C++ kernels against Triton and the reference, with
+    their agreement with the reference;
   - every other op at docs/design.md §6 shapes;
   - the pass-time curve of a 2-layer stack of Qwen3-8B width (hidden 4096, 32 / 8 heads, head dim 128, MLP 12288,
     LM head over vocabulary 151936), bf16, prefix 1024, N in {1, 2, 4, 8, 16, 32, 64} nodes x B = 32, scaled to 36
@@ -34,7 +37,8 @@ import triton
 from triton.testing import do_bench
 
 import spot_kernels
-from common import I64, attention_inputs, capture, children_inputs, nbytes, random_trees, score_inputs
+from common import (I64, attention_inputs, capture, children_inputs, frontier_inputs, nbytes, order_inputs,
+                    random_trees, score_inputs)
 from common import backends_for as _backends_for
 from spot.files import atomic_write_text
 
@@ -218,6 +222,61 @@ def verify_shapes():
             record(op="verify_tree", backend=backend, shape=[batch, nodes, block], us_per_call_op=bench(fn) * 1000)
 
 
+# expand_frontier: (rows, frontier nodes per row w, B, stale top-K, branch, width): F = 64 (bench_ops.py's
+# select_children shape), a batch of 32 at width 4 x branch 8, F = 2048
+FRONTIER_SHAPES = ((16, 4, 32, 32, 4, 4), (32, 4, 32, 32, 8, 4), (512, 4, 32, 32, 4, 4))
+# order_logits, the shipped drafter: (nodes, B): bench_cpu.py's 1 / 4 / 16 nodes at B 32, then a tree depth of a batch
+# (64, 256 nodes) and B 64
+ORDER_SHAPES = ((1, 32), (4, 32), (16, 32), (64, 32), (256, 32), (64, 64))
+
+
+@section("drafting ops: expand_frontier and order_logits, CUDA C++ against Triton and the reference")
+def drafting_ops():
+    for temperature in (0.0, 1.0):
+        for shape in FRONTIER_SHAPES:
+            args = frontier_inputs(*shape, temperature=temperature, device=DEV)
+            want = torch.ops.spot.expand_frontier(*args, backend="reference")
+            times = {}
+            for backend in backends_for("expand_frontier"):
+                fn = lambda b=backend: torch.ops.spot.expand_frontier(*args, backend=b)
+                got = fn()
+                exact = all(torch.equal(x, y) if not x.is_floating_point() else torch.equal(x.isinf(), y.isinf())
+                            for x, y in zip(got, want))
+                finite = [(x, y, x.isfinite() & y.isfinite()) for x, y in zip(got, want) if x.is_floating_point()]
+                lp_diff = max(float((x[f] - y[f]).abs().max()) if bool(f.any()) else 0.0 for x, y, f in finite)
+                times[backend] = bench(fn) * 1000
+                record(op="expand_frontier", backend=backend, shape=list(shape), temperature=temperature,
+                       us_per_call=times[backend], equal_reference_but_logprob_rounding=exact,
+                       max_abs_logprob_diff=lp_diff)
+            if "cuda" in times:
+                RESULTS["goals"][f"expand_frontier_cuda_{'x'.join(map(str, shape))}_T{temperature:g}"] = {
+                    "us_per_call": times["cuda"], "triton_us": times.get("triton"),
+                    "speedup_vs_triton": times["triton"] / times["cuda"] if "triton" in times else None,
+                    "speedup_vs_reference": times["reference"] / times["cuda"] if "reference" in times else None}
+            save()
+    for nodes, block in ORDER_SHAPES:
+        args = order_inputs(nodes, block, device=DEV)
+        want = torch.ops.spot.order_logits(*args, backend="reference")
+        finite = torch.isfinite(want)
+        logit_scale = max(1.0, float(want[finite].abs().max())) if bool(finite.any()) else 1.0
+        times = {}
+        for backend in backends_for("order_logits"):
+            fn = lambda b=backend: torch.ops.spot.order_logits(*args, backend=b)
+            got = fn()
+            same_inf = bool(torch.equal(torch.isinf(got), torch.isinf(want)))
+            diff = float((got[finite] - want[finite]).abs().max()) / logit_scale if bool(finite.any()) else 0.0
+            times[backend] = bench(fn) * 1000
+            record(op="order_logits", backend=backend, shape=[nodes, block], us_per_call=times[backend],
+                   us_per_node=times[backend] / nodes, max_diff_over_logit_scale=diff, same_minus_inf=same_inf)
+        if "cuda" in times:
+            RESULTS["goals"][f"order_logits_cuda_N{nodes}_B{block}"] = {
+                "us_per_call": times["cuda"], "triton_us": times.get("triton"),
+                "speedup_vs_triton": times["triton"] / times["cuda"] if "triton" in times else None,
+                "speedup_vs_reference": times["reference"] / times["cuda"] if "reference" in times else None,
+                "tolerance": "max_diff_over_logit_scale <= 1e-5 (tests/ops/test_order_logits.py)"}
+        save()
+
+
 def goal_attention_inputs(b=1, hq=32, hkv=8, n=16, block=32, prefix=2048, dim=128, dtype=torch.bfloat16):
     return (*attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype, device=DEV),
             torch.zeros(b, dtype=I64, device=DEV))
@@ -377,13 +436,15 @@ def main() -> int:
     RESULTS["meta"].update(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                            python=platform.python_version(), cuda=torch.version.cuda,
                            extension=spot_kernels.HAS_C_EXTENSION,
-                           backends={op: backends_for(op) for op in ("score", "verify_tree", "tree_attention")})
+                           backends={op: backends_for(op) for op in ("score", "verify_tree", "tree_attention",
+                                                                     "expand_frontier", "order_logits")})
     print(json.dumps(RESULTS["meta"]), flush=True)
     copy_gbps = copy_bandwidth() or 0.0
     score_goal(copy_gbps)
     verify_goal()
     attention_goal()
     pass_curve()
+    drafting_ops()
     score_sweep(copy_gbps)
     attention_sweep()
     verify_shapes()

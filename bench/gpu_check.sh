@@ -50,7 +50,7 @@ fi
 tail -3 "$OUT/install.log"
 grep -E "spot-kernels: building" "$OUT/install.log" || true
 echo "install: ${STATUS[install]}"
-$PY -c "import spot_kernels as s, torch; print('extension', s.HAS_C_EXTENSION, 'cuda kernels', bool(s.HAS_C_EXTENSION and s._C.WITH_CUDA)); print({op: s.available_backends(op, 'cuda') for op in ('score', 'verify_tree', 'tree_attention')})"
+$PY -c "import spot_kernels as s, torch; print('extension', s.HAS_C_EXTENSION, 'cuda kernels', bool(s.HAS_C_EXTENSION and s._C.WITH_CUDA)); print({op: s.available_backends(op, 'cuda') for op in ('score', 'verify_tree', 'tree_attention', 'expand_frontier', 'order_logits')})"
 
 HAVE_PYTEST=1
 $PY -c "import pytest" 2>/dev/null || { HAVE_PYTEST=0; echo "pytest is not installed here: no tests can run"; }

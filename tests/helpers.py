@@ -99,6 +99,13 @@ class Target:
     def to(self, *values):
         return tuple(v.to(self.device) if isinstance(v, torch.Tensor) else v for v in values)
 
+    def opcheck(self, op, *args):
+        """torch.library.opcheck of this backend's kernel of `op`: the emulated private op itself, else the public op
+        with this backend (its router and kernel)."""
+        if self.emulated_ops is not None:
+            return torch.library.opcheck(getattr(self.emulated_ops, f"_{op}_cuda").default, args)
+        return torch.library.opcheck(getattr(torch.ops.spot, op).default, args, {"backend": self.name})
+
 
 def target(name: str, request) -> Target:
     """The Target of a backend name, or pytest.skip when it cannot run here."""
@@ -137,9 +144,14 @@ def build_cuda_emulation():
         pytest.skip("no C++ compiler for the emulation build")
     from torch.utils import cpp_extension
 
-    # The schemas come from the one Python definition, as for the shipped extension (spot_kernels/registry.py).
+    # The schemas come from the one Python definition, as for the shipped extension (spot_kernels/registry.py), and
+    # the fake implementations from the public ops' (the private schema is the public one without `backend`), so
+    # that torch.library.opcheck can check the emulated kernels as it checks the public ops.
     if not hasattr(torch.ops.spot_emu, "_score_cuda"):
-        _emulation_libraries.append(registry.define_schemas(OPS.values(), "spot_emu", public=False))
+        lib = registry.define_schemas(OPS.values(), "spot_emu", public=False)
+        for d in OPS.values():
+            torch.library.register_fake(f"spot_emu::_{d.name}_cuda", d.fake, lib=lib)
+        _emulation_libraries.append(lib)
     build = os.path.join(ROOT, "build", "cuda_emulation")
     os.makedirs(build, exist_ok=True)
     cuda_dir = os.path.join(ROOT, "csrc", "cuda")

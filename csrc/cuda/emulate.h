@@ -2,12 +2,12 @@
 //
 // Compiled only with -DSPOT_EMULATE (tests/helpers.py builds the .cu files with g++ into a test-only extension
 // whose ops live in the `spot_emu` namespace under the CPU key, their schemas defined from Python as the shipped
-// ones are); never part of the shipped extension. The CUDA
-// threads of a block are cooperative fibers on one OS thread: __syncthreads waits for every live thread of the
-// block, a warp shuffle for every live thread of the warp (through double-buffered per-warp slots), __shared__
-// variables are function statics (blocks run one after another) and the dynamic shared memory is a per-launch
-// buffer. Threads that return early leave the barriers, as exited threads do on a GPU; a barrier that can never
-// complete (divergent __syncthreads) aborts with a message. This runs the kernels' real code (indexing,
+// ones are); never part of the shipped extension. The CUDA threads of a block are cooperative fibers on one OS
+// thread: __syncthreads waits for every live thread of the block, a warp shuffle or __syncwarp for every live thread
+// of the warp (through double-buffered per-warp slots), __shared__ variables are function statics (blocks run one
+// after another) and the dynamic shared memory is a per-launch buffer. Threads that return early leave the
+// barriers, as exited threads do on a GPU; a barrier that can never complete (divergent __syncthreads) aborts with
+// a message. This runs the kernels' real code (indexing,
 // reductions, merges, launch sequences) on CPU tensors; it says nothing about performance or memory-model races,
 // and CUDA's libm may differ from glibc's by an ulp.
 #pragma once
@@ -45,11 +45,16 @@ inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return
 using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 // The SM count steers the vocabulary split of score: SPOT_EMULATE_SMS (default 8) keeps both paths reachable with
-// small test shapes.
-inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr, int) {
+// small test shapes. The opt-in shared memory per block is an H100's (227 KB), which decides where order_logits keeps
+// a node's activations.
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  if (attr == cudaDevAttrMaxSharedMemoryPerBlockOptin) {
+    *value = 227 * 1024;
+    return cudaSuccess;
+  }
   const char* env = std::getenv("SPOT_EMULATE_SMS");
   *value = env != nullptr ? std::atoi(env) : 8;
   return cudaSuccess;
@@ -271,6 +276,8 @@ template <typename T>
 inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
   return spot_emu::exchange(v, spot_emu::lane() ^ lane_mask);
 }
+// A warp barrier (every live thread of the warp), as the exchange of a shuffle.
+inline void __syncwarp(unsigned = 0xFFFFFFFFu) { (void)spot_emu::exchange(0, spot_emu::lane()); }
 template <typename T>
 inline T __shfl_down_sync(unsigned, T v, unsigned delta) {
   const int src = spot_emu::lane() + static_cast<int>(delta);

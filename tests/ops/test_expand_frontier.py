@@ -11,7 +11,7 @@ from torch.library import opcheck
 
 import spot_kernels
 
-from helpers import I64
+from helpers import CPP_KERNELS, CUDA_KERNELS, I64, KERNEL_BACKENDS
 
 MASK = 99
 
@@ -99,24 +99,42 @@ def test_ties_go_to_the_lower_index():
 
 # ------------------------------------------------------------------------------- backends against the reference
 
-@pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
+def assert_expansion_matches(got, want, dtype):
+    """A backend's outputs against the reference's: integers equal, log-probabilities within select_children's
+    tolerance for the logits' dtype."""
+    for name, x, y in zip(spot_kernels.Expansion._fields, got, want):
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        if x.is_floating_point():
+            tol = 2e-6 if dtype == torch.float32 else 1e-12
+            torch.testing.assert_close(x, y, rtol=tol, atol=tol, msg=name)
+        else:
+            assert torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
+def test_backend_ties_go_to_the_lower_index(backend):
+    args = make_args(3, b=2, w=3, temperature=0.0, branch=2, width=4)
+    args[0] = torch.zeros_like(args[0])  # every logit equal
+    args[1][:] = MASK
+    args[2] = torch.zeros_like(args[2])  # every frontier node equally probable
+    args[4] = torch.randint(0, 50, args[4].shape, generator=torch.Generator().manual_seed(0))
+    got, want = backend.both("expand_frontier", *backend.to(*args))
+    for name, x, y in zip(spot_kernels.Expansion._fields, got, want):
+        assert torch.equal(x, y), name
+    assert got[4].tolist() == [[0, 1, 2, 3]] * 2 and got[0].tolist() == [[0, 1] * 3] * 2
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
 def test_backend_matches_reference(backend, dtype, temperature):
     for seed, (b, w, block, top, branch, width) in enumerate(
             [(3, 2, 8, 4, 3, 4), (2, 4, 6, 3, 9, 2), (4, 1, 32, 8, 4, 4), (1, 3, 5, 0, 2, 1)]):
         args = backend.to(*make_args(seed, b, w, block, top, dtype, temperature, branch, width))
-        got, want = backend.both("expand_frontier", *args)
-        for name, x, y in zip(spot_kernels.Expansion._fields, got, want):
-            assert x.dtype == y.dtype and x.shape == y.shape, name
-            if x.is_floating_point():
-                tol = 2e-6 if dtype == torch.float32 else 1e-12
-                torch.testing.assert_close(x, y, rtol=tol, atol=tol, msg=name)
-            else:
-                assert torch.equal(x, y), name
+        assert_expansion_matches(*backend.both("expand_frontier", *args), dtype)
 
 
-@pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
 def test_backend_expanded_stale_and_no_rows(backend):
     args = make_args(5)
     args[3] = args[3][:1].expand_as(args[3])  # expanded views of the stale top-K
@@ -132,6 +150,27 @@ def test_backend_expanded_stale_and_no_rows(backend):
 def test_opcheck():
     opcheck(torch.ops.spot.expand_frontier.default, tuple(make_args(8)), {"backend": "reference"})
     opcheck(torch.ops.spot.expand_frontier.default, tuple(make_args(9, dtype=torch.float32, temperature=0.0)))
+
+
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
+@pytest.mark.parametrize("pdt,qdt", [(torch.float32, torch.float32), (torch.float64, torch.float64),
+                                     (torch.float32, torch.float64), (torch.float64, torch.float32)])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cpp_kernels_at_wider_rows(backend, pdt, qdt, temperature):
+    """More frontier nodes per row than the CUDA kernel has warps, more children than threads, B above a warp, mixed
+    dtypes of the logits and the stale top-K, and a width above the row's children (W = n)."""
+    for seed, (b, w, block, top, branch, width) in enumerate([(2, 9, 40, 6, 20, 50), (3, 5, 33, 3, 7, 100)]):
+        args = make_args(20 + seed, b, w, block, top, pdt, temperature, branch, width)
+        args[3] = args[3].to(qdt)
+        got, want = backend.both("expand_frontier", *backend.to(*args))
+        assert_expansion_matches(got, want, pdt)
+        assert (got[4] >= 0).all() and got[4].shape == (b, min(width, w * branch))
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_opcheck_of_the_cuda_kernel(backend, temperature):
+    backend.opcheck("expand_frontier", *backend.to(*make_args(12, dtype=torch.float32, temperature=temperature)))
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,9 @@ PyTorch's init), 3.6e-7 at s = 1.9 at the init's scale, 1.7e-5 at s = 13.5 for t
 its linears through oneDNN from 48 rows on (GELU and residual adds fused; MKL's at::linear below, as the reference's
 F.linear), and finishes the last layer on the masked positions' rows alone: float32 dots summed in another
 library's order, so it is held to the same bound (measured here: at most 1.3e-6 * s, the shipped drafter and the
-test models, blocks 1 to 64, 1 to 40 nodes).
+test models, blocks 1 to 64, 1 to 40 nodes). So is the CUDA C++ kernel, float32 products summed in its own tiles'
+order (measured in the CPU emulation, which does not fuse multiply-adds as the GPU does: at most 1.1e-6 * s on the
+test models at these shapes, 1.2e-6 * s for the shipped drafter at B = 16, 32 and 64).
 """
 
 import math
@@ -24,6 +26,8 @@ import spot
 import spot_kernels
 from spot.order_model import OrderModel, OrderModelConfig, pack_order_weights
 from spot_kernels.ops.order_logits import weight_count, weight_layout, weight_offsets
+
+from helpers import CUDA_KERNELS, KERNEL_BACKENDS
 
 LOGIT_TOL = 1e-5
 
@@ -84,7 +88,7 @@ def test_the_reference_is_the_model_bit_for_bit(tokens, resampled, n):
     assert torch.equal(spot_kernels.order_logits(*args, backend="reference"), expected)
 
 
-@pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
 @pytest.mark.parametrize("tokens,resampled", [(False, False), (True, True)])
 @pytest.mark.parametrize("block", [1, 7, 32, 64])
 @pytest.mark.parametrize("n", [1, 5, 16])
@@ -99,7 +103,7 @@ def test_order_logits_matches_reference(backend, tokens, resampled, block, n):
     assert_logits_close(out, ref.cpu())
 
 
-@pytest.mark.parametrize("backend", ["triton", "cpu"], indirect=True)
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS, indirect=True)
 def test_order_logits_of_the_shipped_drafter(backend):
     """The shipped drafter's sizes (d_model 128, 8 heads, d_ff 512, tokens and resampled inputs) at B 32."""
     m = spot.load_drafter().model
@@ -108,7 +112,7 @@ def test_order_logits_of_the_shipped_drafter(backend):
     assert_logits_close(out.cpu(), ref.cpu())
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton", "cpu"], indirect=True)
+@pytest.mark.parametrize("backend", ["reference", *KERNEL_BACKENDS], indirect=True)
 def test_scale_and_per_row_resampled(backend):
     """scale multiplies the logits (a drafter's sharpness); resampled [R, B] is read by row at every depth, the same
     as [R, D, B] holding that row at each depth."""
@@ -126,6 +130,31 @@ def test_scale_and_per_row_resampled(backend):
     assert not torch.equal(by_row, base)  # the depth is read: another depth's values give other logits
 
 
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+def test_cuda_kernel_at_the_shipped_sizes_and_beyond_shared_memory(backend):
+    """The CUDA kernel keeps a node's activations in shared memory where they fit the device's opt-in limit (the
+    emulation reports an H100's 227 KB), else in a global workspace: the shipped drafter at B = 64 (183 KB: shared),
+    and a wide model (d_model 384, B 64: 511 KB: global), each against the reference. The wide model also has a d_ff
+    that is not a multiple of the kernel's 128-column MLP chunks (200) and 3 heads of 128."""
+    m = spot.load_drafter().model
+    args, _ = inputs(m, 3, 64, seed=11)
+    out, ref = backend.both("order_logits", *backend.to(*args))
+    assert_logits_close(out.cpu(), ref.cpu())
+    torch.manual_seed(4)
+    cfg = OrderModelConfig(d_model=384, n_layers=1, n_heads=3, d_ff=200, top_k=4, max_block=64, max_depth=2,
+                           resampled=True, token_buckets=16, token_dim=8)
+    wide = OrderModel(cfg).eval()
+    args, _ = inputs(wide, 2, 64, seed=12)
+    out, ref = backend.both("order_logits", *backend.to(*args))
+    assert_logits_close(out.cpu(), ref.cpu())
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+def test_opcheck_of_the_cuda_kernel(backend):
+    args, _ = inputs(model(True, True), 4, 8, seed=3)
+    backend.opcheck("order_logits", *backend.to(*args))
+
+
 def test_no_nodes():
     m = model(True, True)
     args, _ = inputs(m, 3, 8, seed=1)
@@ -133,7 +162,7 @@ def test_no_nodes():
     assert spot_kernels.order_logits(*none).shape == (0, 8)
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton", "cpu"], indirect=True)
+@pytest.mark.parametrize("backend", ["reference", *KERNEL_BACKENDS], indirect=True)
 def test_nodes_with_nothing_masked_get_minus_infinity(backend):
     """Every node fully committed: no position to draft, all -inf (the CPU kernel skips its last layer's rows)."""
     m = model(True, True)
