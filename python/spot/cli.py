@@ -13,7 +13,8 @@ import re
 import sys
 
 from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
-from .decode import CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, generate
+from .decode import CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, generate, resolve_rule
+from .rules import parse_rule
 from .settings import Batching, TreeSettings
 from .tree import BRANCH, WIDTH, tree_branch
 
@@ -39,6 +40,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--branch", type=int, help="children drafted per frontier node (default: the drafter's own "
                    f"tree_branch, else {BRANCH})")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
+    p.add_argument("--rule", default="one", help="the commit rule standard follows and the other methods speculate "
+                   "(docs/rules.md): one, steps:N, threshold:T[,steps:N][,cmp:ge], factor:F, dream:N[,alg:A], or "
+                   "family (a family target's own sampler's default)")
     p.add_argument("--methods", default="standard,confidence,spot",
                    help=f"comma-separated subset of {','.join(METHODS)}")
     p.add_argument("--ignore-eos", action="store_true", help="decode max-new-tokens even past end-of-sequence")
@@ -70,11 +74,11 @@ def _settings(a) -> dict:
         tree = TreeSettings(width=a.width, branch=a.branch)
     return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
                 budget=_budget(a), tree=tree, confidence=a.confidence, eos_id=None if a.ignore_eos else -1,
-                allow_partial_block=a.allow_partial_block)
+                allow_partial_block=a.allow_partial_block, rule=a.rule)
 
 
 _FLAGS = ("max_new_tokens", "block_size", "temperature", "seed", "budget", "width", "branch", "confidence",
-          "allow_partial_block")
+          "allow_partial_block", "rule")
 
 
 @contextlib.contextmanager
@@ -92,6 +96,7 @@ def _check_settings(target, prompts, settings: dict) -> None:
     """The decoding settings checked as `generate` will check them, before any decoding; errors name the flags."""
     s = dict(settings)
     with _named_flags():
+        _, s["confidence"] = resolve_rule(s.pop("rule"), target, "standard", s["block_size"], s["confidence"])
         _check_args(target, prompts, "standard", tree=_tree_settings(s.pop("tree"), s.pop("budget")),
                     batching=Batching(), drafter=None, top_k=32, **s)
 
@@ -119,6 +124,7 @@ def _drafter(methods, a):
 
 
 BENCH_PROMPTS = 8  # `spot bench` without --num-prompts or --prompts-file
+BENCH_METHODS = "standard,confidence,spot,oracle"  # `spot bench` without --methods (oracle: one commit per step only)
 
 
 def _prompts(a, target) -> list[list[int]]:
@@ -162,6 +168,9 @@ def cmd_generate(a) -> int:
     target = target_from_args(a)
     prompts = _prompts(a, target)[:1]
     settings = _settings(a)
+    _check_rule_methods(a.rule, methods)
+    if a.show_order and a.rule not in ("one",):
+        raise SystemExit(f"--show-order: shows one commit per pass; it has no view of --rule {a.rule}'s steps yet")
     _check_settings(target, prompts, settings)
     tok = target.tokenizer
     drafter = _drafter(methods, a)
@@ -218,7 +227,7 @@ def cmd_demo(a) -> int:
 
 def cmd_bench(a) -> int:
     """Every argument is checked, and --json's folder written to, before anything is decoded."""
-    from .lab.bench import check_writable, format_report, run_bench, write_json
+    from .lab.bench import check_writable, format_report, run_bench, run_rules, write_json
 
     _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
     methods = _methods(a.methods)
@@ -230,6 +239,9 @@ def cmd_bench(a) -> int:
             raise SystemExit(f"--json {e}") from None
     if a.plot:
         _check_plot_folder(a.plot)
+    rules = _rules(a.rules) if a.rules else None
+    if a.methods == BENCH_METHODS and any(r != "one" for r in rules or [a.rule]):  # the default list: oracle is a
+        methods = [m for m in methods if m != "oracle"]  # one-commit diagnostic, left out of rules' runs
     target = target_from_args(a)
     prompts = _prompts(a, target)
     if not prompts:
@@ -237,11 +249,17 @@ def cmd_bench(a) -> int:
     if budgets:
         a.budget = str(budgets[0])  # --budgets replaces --budget
     settings = _settings(a)
-    for budget in budgets or [settings["budget"]]:
-        _check_settings(target, prompts, {**settings, "budget": budget})
+    for rule in rules or [a.rule]:
+        _check_rule_methods(rule, methods)
+        for budget in budgets or [settings["budget"]]:
+            _check_settings(target, prompts, {**settings, "budget": budget, "rule": rule})
     drafter = _drafter(methods, a)
-    report = run_bench(target, prompts, methods, batch_size=a.batch_size, drafter=drafter, progress=not a.quiet,
-                       budgets=budgets, **settings)
+    common = dict(batch_size=a.batch_size, drafter=drafter, progress=not a.quiet, budgets=budgets)
+    if rules:
+        settings.pop("rule")
+        report = run_rules(target, prompts, methods, rules, **common, **settings)
+    else:
+        report = run_bench(target, prompts, methods, **common, **settings)
     if a.branch is None:  # each method grew its trees with its own branch: {method: branch}
         own = drafter if isinstance(drafter, dict) else {"": drafter}  # "spot[NAME]"[5:-1] = NAME, "spot"[5:-1] = ""
         report["settings"]["branch"] = {name: tree_branch(own.get(name[5:-1]) if name.startswith("spot") else None)
@@ -263,6 +281,24 @@ def cmd_bench(a) -> int:
     if a.assert_exact and inexact:
         raise SystemExit(f"--assert-exact: {', '.join(inexact)} decoded other tokens than standard")
     return 0
+
+
+def _rules(text: str) -> list[str]:
+    """--rules: rules separated by semicolons, or by commas where no rule has options (see its help)."""
+    items = [r.strip() for r in (text.split(";") if ";" in text else text.split(",")) if r.strip()]
+    if not items:
+        raise SystemExit(f"--rules: expected one or more commit rules, got {text!r}")
+    if len(set(items)) < len(items):
+        raise SystemExit(f"--rules: {text!r} names a rule twice")
+    return items
+
+
+def _check_rule_methods(rule: str, methods) -> None:
+    with _named_flags():
+        if rule != "family":
+            parse_rule(rule)
+    if rule not in ("one", "family") and "oracle" in methods:
+        raise SystemExit(f"--methods: oracle drafts one-commit orders; drop it for --rule {rule}")
 
 
 def _int_list(flag: str, text: str) -> list[int]:
@@ -322,7 +358,7 @@ def cmd_project(a) -> int:
             except ValueError as e:
                 raise SystemExit(f"{flag} {e}") from None
     try:
-        accs = pj.load_acceptance(a.inputs)
+        accs = pj.load_acceptance(a.inputs, a.rule)
     except (ValueError, KeyError) as e:
         raise SystemExit(f"project: {e}") from None
     wanted = _methods(a.methods)
@@ -379,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_generate)
     b = sub.add_parser("bench", help="run methods on the same prompts and seeds; write JSON")
     _common(b)
-    b.set_defaults(methods="standard,confidence,spot,oracle")
+    b.set_defaults(methods=BENCH_METHODS)
     b.add_argument("--prompts-file", help="one prompt per line (\\n for newlines)")
     b.add_argument("--num-prompts", type=int,
                    help=f"prompts to decode (default: every line of --prompts-file, else {BENCH_PROMPTS})")
@@ -390,6 +426,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--budgets", help="comma-separated tree budgets: every method but standard runs at each "
                    "(replaces --budget; the JSON gains by_budget)")
     b.add_argument("--plot", metavar="DIR", help="write pass_reduction.png and commits_per_pass.png into DIR")
+    b.add_argument("--rules", help="several commit rules, each run as --rule (standard with it the reference of the "
+                   "methods over it); separated by commas, or by semicolons when a rule has options: "
+                   "'one,steps:16,threshold:0.9', 'one;threshold:0.95,steps:32' (replaces --rule; the JSON gains "
+                   "by_rule)")
     b.add_argument("--assert-exact", action="store_true",
                    help="fail (after writing --json) unless every method's tokens equal standard's")
     b.set_defaults(func=cmd_bench)
@@ -399,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu", default="h200", help="h100 or h200 (SXM; docs/projection.md names the datasheets)")
     p.add_argument("--shapes", default="embedded,qwen3-1.7b,qwen3-4b,qwen3-8b", help="model shapes, comma-separated")
     p.add_argument("--methods", default="spot,confidence", help="methods to project (standard is the baseline)")
+    p.add_argument("--rule", help="of a `spot bench --rules` report, the commit rule to project (standard with it is "
+                   "the baseline); default: the report's only rule")
     p.add_argument("--prefix", type=int, default=1024, help="cached prefix tokens each pass attends to")
     p.add_argument("--batch", type=int, default=1, help="sequences per pass")
     p.add_argument("--lm-head", default="all", choices=("all", "chain"),

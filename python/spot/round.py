@@ -104,11 +104,8 @@ def settle(cfg: RoundConfig, tree: Tree, logits: NodeLogits | torch.Tensor, bloc
             commit = rule_commits(cfg, scored, masked, step[:, None] + tree.depth)
         else:
             scored, commit = score_step_chain(cfg, logits, masked, tree, rows, block_start, step)
-        accepted_pos, n_acc, n_steps, new_block, last = spot_kernels.verify_steps(
-            tree.parents, tree.states, commit, scored.tokens, backend=cfg.backend)
+        accepted_pos, n_acc, n_steps, new_block, last, stuck = verify_steps(cfg, tree, scored, commit, masked)
         new_step = step + n_steps
-        # a root whose masked positions all lack a valid token (NaN or -inf logits) cannot take a step
-        stuck = masked[:, 0].any(1) & ~(masked[:, 0] & ~scored.confidence[:, 0].isnan()).any(1)
     if cfg.eos_id is not None:
         new_block = close_after_eos(new_block, cfg.eos_id, cfg.mask_id)
     stale = stale_features(cfg, scored, masked, last, rows, block_start, block_index, new_step, sequence) \
@@ -258,6 +255,16 @@ def verify(cfg: RoundConfig, tree: Tree, scored: ScoreOutput, block: torch.Tenso
     accepted_pos, _, n_acc, new_block, last = spot_kernels.verify_tree(
         tree.parents, tree.positions, tree.tokens, scored.commit_pos, commit_tokens, block, backend=cfg.backend)
     return accepted_pos, n_acc, new_block, last
+
+
+def verify_steps(cfg: RoundConfig, tree: Tree, scored: ScoreOutput, commit: torch.Tensor, masked: torch.Tensor):
+    """A rule's step tree: accept the longest drafted chain of the target's own steps (spot::verify_steps).
+    Returns (accepted_pos [b, B], n_acc [b], n_steps [b], the new block [b, B], the deepest accepted node [b],
+    stuck [b]: a root whose masked positions all lack a valid token (NaN or -inf logits), which cannot take a
+    step)."""
+    out = spot_kernels.verify_steps(tree.parents, tree.states, commit, scored.tokens, backend=cfg.backend)
+    stuck = masked[:, 0].any(1) & ~(masked[:, 0] & ~scored.confidence[:, 0].isnan()).any(1)
+    return (*out, stuck)
 
 
 def stale_features(cfg: RoundConfig, scored: ScoreOutput, masked: torch.Tensor, last: torch.Tensor, rows,

@@ -149,6 +149,30 @@ def run_bench(target, prompts: list[list[int]], methods, *, batch_size: int = 1,
     return report
 
 
+def run_rules(target, prompts: list[list[int]], methods, rules: list[str], **kw) -> dict:
+    """run_bench once per commit rule (spot.rules): `standard` with the rule is the reference of every method over
+    it. The report is the first rule's, with "by_rule": {rule: {"methods": ..., ("by_budget": ...),
+    "standard_tokens_per_pass": how parallel the rule alone is on this target (its commits per row and pass),
+    "standard_passes_vs_one": the passes of one commit per step over the rule's (when "one" is among the rules)}}."""
+    reports = {rule: run_bench(target, prompts, methods, rule=rule, **kw) for rule in rules}  # one after another
+    out = reports[rules[0]]
+    out["settings"]["rules"] = list(rules)
+    one = reports.get("one")
+    out["by_rule"] = {}
+    for rule, report in reports.items():
+        std = report["methods"]["standard"]
+        per_pass = {int(k): v for k, v in std["commits_per_pass"].items()}  # commits -> (row, pass) count
+        entry = {"methods": report["methods"],
+                 "standard_tokens_per_pass": sum(k * v for k, v in per_pass.items()) / sum(per_pass.values())
+                 if per_pass else None}
+        if "by_budget" in report:
+            entry["by_budget"] = report["by_budget"]
+        if one is not None and std["target_passes"]:
+            entry["standard_passes_vs_one"] = one["methods"]["standard"]["target_passes"] / std["target_passes"]
+        out["by_rule"][rule] = entry
+    return out
+
+
 def count_dispatch(target, prompts: list[list[int]], method: str, *, drafter=None, **settings) -> dict:
     """Ops and host syncs per target pass, by stage, of one decode of `prompts` (spot.lab.dispatch_count)."""
     extra = {"drafter": drafter} if method == "spot" else {}
@@ -198,6 +222,23 @@ def _entry(run: dict, standard: dict) -> dict:
 
 
 def format_report(report: dict) -> str:
+    """The report as text; with several commit rules (run_rules) one table per rule, each headed by how many
+    tokens the rule alone commits per pass."""
+    if "by_rule" not in report:
+        return _format_methods(report)
+    parts = []
+    for rule, entry in report["by_rule"].items():
+        head = f"rule {rule}: standard with it commits {entry['standard_tokens_per_pass'] or 0:.3f} tokens per pass"
+        if "standard_passes_vs_one" in entry:
+            head += f" ({entry['standard_passes_vs_one']:.2f}x fewer passes than one commit per pass)"
+        sub = {"settings": report["settings"], "methods": entry["methods"]}
+        if "by_budget" in entry:
+            sub["by_budget"] = entry["by_budget"]
+        parts.append(head + "\n" + _format_methods(sub))
+    return "\n\n".join(parts)
+
+
+def _format_methods(report: dict) -> str:
     w = max(11, *(len(name) for name in report["methods"]))
     lines = [f"{'method':<{w}} {'budget':>6} {'passes':>7} {'tokens':>7} {'pass/tok':>9} {'reduction':>9} "
              f"{'tok/s':>9} {'speedup':>8} {'cpu-time':>8} exact"]

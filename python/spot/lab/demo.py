@@ -3,7 +3,8 @@
 One held-out prompt, decoded by the embedded target with standard, confidence and spot, all to the same tokens
 (T = 0, no early stop, so every method does the same job):
   1. target passes at tree budgets a GPU runs in about one pass's time (4 and 16): the pass reduction, which is the
-     product;
+     product; then, over the parallel commit rules other samplers run (LLaDA's k per step, Fast-dLLM's threshold),
+     the rule alone against SPOT over it (docs/rules.md);
   2. the commit order of spot's first block: which pass committed each position;
   3. this CPU: CPU time per token (time.process_time, one thread, the least of ROUNDS decodes taking turns: the work
      done, which another job's load moves far less than it moves wall time), and what `--budget auto` picks here
@@ -27,6 +28,9 @@ METHODS = ("standard", "confidence", "spot")
 # 16 do for smaller models or blocks (docs/projection.md).
 GPU_BUDGETS = (4, 16)
 SHAPE, GPU = "qwen3-8b", "h200"
+# Parallel commit rules shown beside one commit per pass: LLaDA's two commits per step at B = 32, and the threshold
+# Fast-dLLM's scripts use (as SGLang and LLaDA2 compare it, strictly).
+RULES = ("steps:16", "threshold:0.9")
 ROUNDS = 2  # decodes of each method; the CPU time shown is the least of them
 
 
@@ -48,7 +52,7 @@ class Run:
 
 
 def decode(target, prompt: list[int], method: str, budget: int, drafter, max_new_tokens: int,
-           block_size: int) -> Run:
+           block_size: int, rule: str = "one") -> Run:
     starts: dict[int, list[int]] = {}
 
     def on_pass(block, step, stale):
@@ -57,7 +61,7 @@ def decode(target, prompt: list[int], method: str, budget: int, drafter, max_new
     begin = time.process_time()
     out = generate(target, [prompt], method, drafter=drafter if method == "spot" else None, budget=budget,
                    max_new_tokens=max_new_tokens, block_size=block_size, temperature=0.0, eos_id=None,
-                   on_pass=on_pass)
+                   on_pass=on_pass, rule=rule)
     cpu = time.process_time() - begin
     return Run(method, budget, out.tokens[0], out.stats.target_passes, cpu, out.orders[0].tolist(), starts)
 
@@ -99,7 +103,10 @@ def run_demo(target, drafter, prompt: list[int], max_new_tokens: int = 96, block
     head = [f"SPOT demo: the embedded target, one held-out prompt, {len(std.tokens)} new tokens in blocks of "
             f"{block_size}, T = 0,", "no early stop: every method decodes the same tokens."]
     largest = [r for r in trees if r.method == "spot" and r.budget == max(budgets)][0]
-    sections = [head, _passes(std, trees), _commit_order(largest),
+    over_rules = [(rule, decode(target, prompt, "standard", 1, None, max_new_tokens, block_size, rule),
+                   decode(target, prompt, "spot", max(budgets), drafter, max_new_tokens, block_size, rule))
+                  for rule in RULES]
+    sections = [head, _passes(std, trees) + _rule_lines(over_rules), _commit_order(largest),
                 _cpu(std, trees, auto_run) + _auto_lines(device, block_size, auto), _projection(trees, block_size)]
     return "\n".join(line for section in sections for line in section + [""]).rstrip()
 
@@ -111,6 +118,16 @@ def _passes(std: Run, trees: list[Run]) -> list[str]:
         exact = "same tokens as standard" if run.tokens == std.tokens else "OTHER TOKENS THAN STANDARD (a bug)"
         lines.append(f"   {run.method:<11}{run.passes:>5} passes at budget {run.budget:<3} "
                      f"{std.passes / run.passes:.2f}x fewer than standard, {exact}")
+    return lines
+
+
+def _rule_lines(over_rules) -> list[str]:
+    lines = ["   Over the parallel rules other samplers run, several commits per pass (docs/rules.md), at the largest "
+             "budget:"]
+    for rule, alone, spot in over_rules:
+        exact = "same tokens" if spot.tokens == alone.tokens else "OTHER TOKENS THAN THE RULE ALONE (a bug)"
+        lines.append(f"   {rule:<14} the rule alone {alone.passes:>3} passes ({len(alone.tokens) / alone.passes:.2f} "
+                     f"tokens/pass), spot over it {spot.passes:>3}: {alone.passes / spot.passes:.2f}x fewer, {exact}")
     return lines
 
 

@@ -6,8 +6,9 @@ while it is active, attributing each op to the stage it ran under, read from the
 of a known decoder function wins), so the hot code carries no counting hooks:
 
     draft        tree growth and the drafter (spot/tree.py, drafters.py, order_model.py, online.py, round.draft)
-    score        spot.round.score_nodes (fused scoring and the mask-token exclusion)
-    verify       spot.round.verify (verify_tree, the commit tokens)
+    score        spot.round.score_nodes / score_chain / score_step_chain (fused scoring and the mask-token exclusion)
+    verify       spot.round.verify (verify_tree, the commit tokens); with a commit rule rule_commits and
+                 verify_steps (commit_rule, verify_steps)
     stale        spot.round.stale_features (what the next tree is drafted from)
     target       the target's own forward (spot/target.py, model.py, hf.py, llada2_pipeline.py)
     bookkeeping  everything else (the decode loop, slots, orders, statistics)
@@ -48,7 +49,8 @@ _FILE_STAGES = {
 }
 # functions of spot/round.py by stage; its other functions (the round's own glue) are bookkeeping
 _ROUND_STAGES = {"draft": "draft", "grow_tree": "draft", "_draft_depth": "draft", "_keep_best": "draft",
-                 "score_nodes": "score", "score_chain": "score", "verify": "verify", "stale_features": "stale"}
+                 "score_nodes": "score", "score_chain": "score", "score_step_chain": "score", "verify": "verify",
+                 "rule_commits": "verify", "verify_steps": "verify", "stale_features": "stale"}
 _ROUND = _SPOT / "round.py"
 
 

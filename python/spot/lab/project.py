@@ -152,6 +152,12 @@ class Acceptance:
     source: str
     decoder_ops: float | None = None  # ops per pass outside the target's forward (spot bench's dispatch_per_pass)
     standard_ops: float | None = None  # the same for standard, from the same report
+    standard_passes: int | None = None  # the baseline's passes: standard with the decode's commit rule (None: one
+    # commit per pass, `commits` of them)
+
+    @property
+    def baseline_passes(self) -> int:
+        return self.commits if self.standard_passes is None else self.standard_passes
 
     @property
     def commits_per_pass(self) -> float:
@@ -170,22 +176,44 @@ def _blocks(settings: dict, passes: int) -> int:
     return min(blocks, passes)
 
 
-def _entry(method: str, budget: int, r: dict, settings: dict, source: str, standard: dict | None = None
-           ) -> Acceptance:
+def _entry(method: str, budget: int, r: dict, settings: dict, source: str, standard: dict | None = None,
+           rule: str = "one") -> Acceptance:
     hist = {int(k): int(v) for k, v in r["commits_per_pass"].items()}
     passes = sum(hist.values())
     ops = [None if d is None or "dispatch_per_pass" not in d else float(d["dispatch_per_pass"]["decoder"]["ops"])
            for d in (r, standard)]
+    baseline = None if rule == "one" or standard is None else \
+        sum(int(v) for v in standard["commits_per_pass"].values())
     return Acceptance(method, int(budget), sum(k * v for k, v in hist.items()), passes, _blocks(settings, passes),
-                      int(settings["block_size"]), source, *ops)
+                      int(settings["block_size"]), source, *ops, baseline)
 
 
-def load_acceptance(paths) -> list[Acceptance]:
+def _rule_tables(data: dict, rule: str | None, path) -> tuple[str, dict]:
+    """(the rule, its {budget: {method: entry}}) of a `spot bench --json` report: `rule` of a `--rules` report
+    (by_rule; the only one when not given), else the report's own rule."""
+    settings = data.get("settings", {})
+    if "by_rule" in data:
+        if rule is None:
+            if len(data["by_rule"]) > 1:
+                raise ValueError(f"{path}: holds the rules {list(data['by_rule'])}; pick one with --rule")
+            rule = next(iter(data["by_rule"]))
+        if rule not in data["by_rule"]:
+            raise ValueError(f"{path}: no rule {rule!r}; it holds {list(data['by_rule'])}")
+        entry = data["by_rule"][rule]
+        return rule, entry.get("by_budget") or {str(settings["budget"]): entry["methods"]}
+    own = str(settings.get("rule", "one"))
+    if rule is not None and rule != own:
+        raise ValueError(f"{path}: a report of rule {own!r}, not {rule!r}")
+    return own, data.get("by_budget") or {str(settings["budget"]): data["methods"]}
+
+
+def load_acceptance(paths, rule: str | None = None) -> list[Acceptance]:
     """Every (method, budget) in the given JSON files, `standard` left out (it is the baseline).
 
     Accepted: a `spot bench --json` report (its methods at settings.budget, or at every budget of `--budgets`,
-    `by_budget`), or a `bench/budget_curve.py --json` file (commits = standard's passes, one commit each).
-    A (method, budget) found in several files is taken from the last.
+    `by_budget`; of a `--rules` report, those of `rule`), or a `bench/budget_curve.py --json` file (commits =
+    standard's passes, one commit each). With a commit rule the baseline is `standard` with that rule (its passes,
+    Acceptance.standard_passes). A (method, budget) found in several files is taken from the last.
     """
     found: dict[tuple[str, int], Acceptance] = {}
     for path in paths:
@@ -200,12 +228,12 @@ def load_acceptance(paths) -> list[Acceptance]:
                                _blocks(settings, int(r["target_passes"])), int(settings["block_size"]), src)
                 found[a.method, a.budget] = a
         elif "methods" in data:
-            tables = data.get("by_budget") or {str(settings["budget"]): data["methods"]}
+            own, tables = _rule_tables(data, rule, path)
+            standard = (data["by_rule"][own]["methods"] if "by_rule" in data else data["methods"]).get("standard")
             for budget, methods in tables.items():
                 for method, r in methods.items():
                     if method != "standard":
-                        found[method, int(budget)] = _entry(method, budget, r, settings, src,
-                                                            data["methods"].get("standard"))
+                        found[method, int(budget)] = _entry(method, budget, r, settings, src, standard, own)
         else:
             raise ValueError(f"{path}: neither a `spot bench --json` report nor a budget_curve.py JSON")
     if not found:
@@ -227,8 +255,9 @@ def speedup(acc: Acceptance, pass_time) -> float:
     """Tokens/s of `acc`'s method over standard's, given pass_time(nodes, head_nodes) in seconds.
 
     The first pass of a block scores the all-mask root alone; every other pass is charged the full budget (trees
-    that stop growing early cost less, so this is conservative). Standard commits one position per t(1)."""
-    return acc.commits * pass_time(1, 1) / decode_seconds(acc, pass_time)
+    that stop growing early cost less, so this is conservative). Standard takes its passes (one commit each, or
+    one step of the decode's commit rule) at t(1) each."""
+    return acc.baseline_passes * pass_time(1, 1) / decode_seconds(acc, pass_time)
 
 
 def speedup_with_overhead(acc: Acceptance, pass_time, own_s: float, standard_s: float) -> float:
@@ -236,7 +265,7 @@ def speedup_with_overhead(acc: Acceptance, pass_time, own_s: float, standard_s: 
     standard's."""
     own = acc.first_passes * (pass_time(1, 1) + own_s) \
         + (acc.passes - acc.first_passes) * (pass_time(acc.budget, acc.chain) + own_s)
-    return acc.commits * (pass_time(1, 1) + standard_s) / own
+    return acc.baseline_passes * (pass_time(1, 1) + standard_s) / own
 
 
 def project(accs, shape: Shape, gpu: GPU, prefix: int = 1024, batch: int = 1, lm_head: str = "all",
@@ -256,11 +285,11 @@ def project(accs, shape: Shape, gpu: GPU, prefix: int = 1024, batch: int = 1, lm
 
         cost = pass_cost(shape, a.budget, a.block_size, prefix, batch, head(a.budget, a.chain))
         row = {"shape": shape.name, "gpu": gpu.name, "method": a.method, "budget": a.budget,
-               "commits_per_pass": a.commits_per_pass, "pass_reduction": a.commits / a.passes,
+               "commits_per_pass": a.commits_per_pass, "pass_reduction": a.baseline_passes / a.passes,
                "pass_ms": 1e3 * roof(a.budget, a.chain), "pass_ms_standard": 1e3 * roof(1, 1),
                "bound": cost.bound(gpu), "speedup": speedup(a, roof),
                "tokens_per_second": batch * a.commits / decode_seconds(a, roof),
-               "tokens_per_second_standard": batch / roof(1, 1)}
+               "tokens_per_second_standard": batch * a.commits / a.baseline_passes / roof(1, 1)}
         if a.decoder_ops is not None and a.standard_ops is not None:
             row["decoder_ops"] = a.decoder_ops
             row["decoder_launch_ms"] = a.decoder_ops * LAUNCH_US / 1e3
