@@ -150,12 +150,16 @@ def _random_prompts(a, target, count: int) -> list[list[int]]:
     from .prompts import random_prompts, special_ids
 
     length = PROMPT_LEN if a.prompt_len is None else a.prompt_len
-    try:
-        if a.block_size >= 1 and a.max_new_tokens >= 0:
+    if a.block_size >= 1 and a.max_new_tokens >= 0:
+        try:
             target.check_room(length, min(count, getattr(a, "batch_size", 1)), a.max_new_tokens, a.block_size)
+        except ValueError as e:
+            message = str(e).removeprefix("max_new_tokens: ")
+            raise SystemExit(f"--prompt-len {length}, --max-new-tokens {a.max_new_tokens}: {message}") from None
+    try:
         return random_prompts(target.vocab_size, count, length, a.seed, special_ids(target))
     except ValueError as e:
-        raise SystemExit(f"--prompt-len {length}: {e}") from None
+        raise SystemExit(f"--prompt-len {length} x --num-prompts {count}: {e}") from None
 
 
 def _held_out_prompts(target, count: int):
@@ -458,13 +462,23 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
-        print("spot: error: interrupted (SIGINT)", file=sys.stderr)
-        raise SystemExit(INTERRUPTED) from None
     except Exception as e:  # noqa: BLE001 (the one error path: every failure is one line, the traceback on request)
         if debug:
             raise
+        _close_progress_bars()
         raise SystemExit(_error_line(f"{_one_line(e)} ({type(e).__name__}; --debug or SPOT_DEBUG=1 shows the "
                                      "traceback)")) from None
+    _close_progress_bars()
+    print("spot: error: interrupted (SIGINT)", file=sys.stderr)
+    raise SystemExit(INTERRUPTED)
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars a failed command left open, so that its error line stands on a line of its own (an
+    open bar's line ends in a carriage return, not a newline)."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
 
 
 INTERRUPTED = 130  # the exit status of a command ended by SIGINT (128 + 2), as shells report it

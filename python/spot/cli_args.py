@@ -79,14 +79,20 @@ def target_from_args(a):
         try:
             return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
         except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(f"--target {a.target}: {e}") from None
+            raise SystemExit(_target_error(a.target, e)) from None
     try:
         return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout or "block_causal",
                            mask_token=a.mask_token, mask_id=a.mask_id, logits_shift=a.logits_shift or 0,
                            trust_remote_code=a.trust_remote_code, family=a.family or "auto",
                            force_family=a.force_family, attn_implementation=a.attn_implementation)
-    except (FileNotFoundError, ValueError, ImportError, NotImplementedError) as e:
-        raise SystemExit(f"--target {a.target}: {e}") from None
+    except (FileNotFoundError, ValueError, TypeError, ImportError, NotImplementedError) as e:
+        raise SystemExit(_target_error(a.target, e)) from None
+
+
+def _target_error(target: str, error: Exception) -> str:
+    """`--target DIR: message`, the directory said once when the message starts with it."""
+    message = str(error)
+    return f"--target {message}" if message.startswith(str(target)) else f"--target {target}: {message}"
 
 
 PROMPTS_FILE_LIMIT_MB = 64  # a prompts file is read whole, up to this size (spot.files' input-file rule)

@@ -464,6 +464,10 @@ def _accepts(model, name: str) -> bool:
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")  # safetensors only: nothing is unpickled
 PICKLED_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+# config.json's shape fields, wherever a config holds them: whole numbers >= 1 (transformers divides by some, and
+# HFTarget's memory estimates read them)
+CONFIG_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "intermediate_size", "head_dim", "max_position_embeddings")
 
 
 def is_hf_directory(path) -> bool:
@@ -476,10 +480,11 @@ def is_hf_directory(path) -> bool:
 def checkpoint_config(directory) -> dict:
     """config.json of a checkpoint directory, after the checks that run before transformers sees the directory:
     config.json is a JSON object (spot.files' input-file rule: a regular file under a size cap, read without
-    blocking); every entry of the directory is a regular file or a folder (a symlink resolved: transformers would
-    block on a FIFO or read a device); and every weights file the checkpoint names is safetensors, the files an
-    index's weight_map names included, each inside the directory (nothing is unpickled: docs/design.md §7).
-    Errors name the file (FileNotFoundError when there is no config.json or no weights, else ValueError)."""
+    blocking) whose shape fields (CONFIG_SIZES), where present, are integers >= 1; every entry of the directory is
+    a regular file or a folder (a symlink resolved: transformers would block on a FIFO or read a device); and every
+    weights file the checkpoint names is safetensors, the files an index's weight_map names included, each inside
+    the directory (nothing is unpickled: docs/design.md §7). Errors name the file (FileNotFoundError when there is
+    no config.json or no weights, else ValueError)."""
     from pathlib import Path
 
     from .files import path_kind, read_json
@@ -488,6 +493,10 @@ def checkpoint_config(directory) -> dict:
     if not (directory / "config.json").exists():
         raise FileNotFoundError(f"{directory}: no config.json, not a Hugging Face checkpoint directory")
     config = read_json(directory / "config.json")
+    for name in CONFIG_SIZES:
+        value = config.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{directory / 'config.json'}: field {name!r} must be an integer >= 1, got {value!r}")
     for entry in sorted(directory.iterdir()):
         kind = path_kind(entry)
         if kind not in (None, "regular file", "folder"):  # None: a dangling symlink, which transformers reports

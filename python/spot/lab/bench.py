@@ -17,12 +17,6 @@ from ..settings import TreeSettings
 from .dispatch_count import DispatchCounter
 
 
-def random_prompts(vocab_size: int, count: int, length: int, seed: int, low: int = 3) -> list[list[int]]:
-    """Token-id prompts for models without text (ids below `low` are special tokens)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(low, vocab_size, (count, length), generator=g).tolist()
-
-
 def warm_up(target, prompt: list[int]) -> None:
     """One tiny decode, so one-time costs (lazy imports, kernel compiles) are not charged to the first method. A
     target whose attention fixes the block size (BD3-LM's `block_size`) is warmed up with one block of it."""
