@@ -13,7 +13,6 @@
 
 import json
 import os
-import threading
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ pytest.importorskip("transformers")
 
 import families_tiny as ft  # noqa: E402
 import hf_tiny  # noqa: E402
+from helpers import cli_error_line, within  # noqa: E402
 import spot  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 from spot.cli import main  # noqa: E402
@@ -36,16 +36,6 @@ def qwen3_dir(path, **config):
     edited = {**json.loads((path / "config.json").read_text()), **config}
     (path / "config.json").write_text(json.dumps(edited))
     return path
-
-
-def error_of(argv, capsys) -> str:
-    with pytest.raises(SystemExit) as done:
-        main(argv)
-    code = done.value.code
-    text = code if isinstance(code, str) else capsys.readouterr().err
-    lines = text.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("spot: error: ") and "Traceback" not in text, text
-    return lines[0]
 
 
 # ---- pickle ----------------------------------------------------------------------------------------------------------
@@ -70,7 +60,7 @@ def test_an_index_naming_pickled_shards_is_refused_before_transformers(tmp_path,
     with pytest.raises(ValueError, match="weight_map names 'pytorch_model-00001-of-00001.bin', not a .safetensors "
                                          "file; spot loads safetensors only"):
         spot.load_target(str(directory), mask_id=hf_tiny.MASK_ID)
-    line = error_of([*GENERATE, "--target", str(directory), "--mask-id", str(hf_tiny.MASK_ID)], capsys)
+    line = cli_error_line([*GENERATE, "--target", str(directory), "--mask-id", str(hf_tiny.MASK_ID)], capsys)
     assert "model.safetensors.index.json: weight_map names 'pytorch_model-00001-of-00001.bin'" in line
 
 
@@ -106,7 +96,7 @@ def test_a_sharded_safetensors_checkpoint_still_loads(tmp_path):
 ])
 def test_a_config_transformers_rejects_is_one_line_naming_the_checkpoint(tmp_path, capsys, config, says):
     directory = qwen3_dir(tmp_path / "ckpt", **config)
-    line = error_of([*GENERATE, "--target", str(directory), "--mask-id", str(hf_tiny.MASK_ID)], capsys)
+    line = cli_error_line([*GENERATE, "--target", str(directory), "--mask-id", str(hf_tiny.MASK_ID)], capsys)
     assert f"--target {directory}" in line and says in line, line
 
 
@@ -115,7 +105,7 @@ def test_a_config_transformers_rejects_is_one_line_naming_the_checkpoint(tmp_pat
 def test_a_config_that_is_no_json_object_is_named(tmp_path, capsys, text, says):
     directory = qwen3_dir(tmp_path / "ckpt")
     (directory / "config.json").write_text(text)
-    assert says in error_of([*GENERATE, "--target", str(directory), "--mask-id", "95"], capsys)
+    assert says in cli_error_line([*GENERATE, "--target", str(directory), "--mask-id", "95"], capsys)
 
 
 def test_a_tokenizer_json_without_added_tokens_is_named(tmp_path, capsys):
@@ -124,13 +114,13 @@ def test_a_tokenizer_json_without_added_tokens_is_named(tmp_path, capsys):
     tokenizer = json.loads((directory / "tokenizer.json").read_text())
     del tokenizer["added_tokens"]
     (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
-    line = error_of([*GENERATE, "--target", str(directory), "--mask-id", "95"], capsys)
+    line = cli_error_line([*GENERATE, "--target", str(directory), "--mask-id", "95"], capsys)
     assert f"{directory}: transformers cannot load its tokenizer files (KeyError: 'added_tokens')" in line
 
 
 def test_family_bd3lm_on_a_checkpoint_of_no_family_is_one_line(tmp_path, capsys):
     directory = qwen3_dir(tmp_path / "ckpt")
-    line = error_of([*GENERATE, "--target", str(directory), "--mask-id", "95", "--family", "bd3lm",
+    line = cli_error_line([*GENERATE, "--target", str(directory), "--mask-id", "95", "--family", "bd3lm",
                      "--trust-remote-code"], capsys)
     assert f"{directory}: transformers cannot build the model" in line and "attn_backend" in line
 
@@ -138,18 +128,9 @@ def test_family_bd3lm_on_a_checkpoint_of_no_family_is_one_line(tmp_path, capsys)
 def test_a_fifo_in_a_checkpoint_is_refused_not_waited_on(tmp_path):
     directory = qwen3_dir(tmp_path / "ckpt")
     os.mkfifo(directory / "tokenizer.json")
-    box = {}
-
-    def load():
-        try:
-            spot.load_target(str(directory), mask_id=hf_tiny.MASK_ID)
-        except ValueError as e:
-            box["error"] = str(e)
-    thread = threading.Thread(target=load, daemon=True)
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the load blocked on the FIFO"
-    assert box["error"] == (f"{directory / 'tokenizer.json'}: is a FIFO; a checkpoint directory holds regular "
+    with pytest.raises(ValueError) as refused:
+        within(60, lambda: spot.load_target(str(directory), mask_id=hf_tiny.MASK_ID))
+    assert str(refused.value) == (f"{directory / 'tokenizer.json'}: is a FIFO; a checkpoint directory holds regular "
                             "files and folders only")
 
 
@@ -159,10 +140,10 @@ def test_a_family_contradicting_config_json_is_refused_naming_both(tmp_path, cap
     directory = ft.save_checkpoint("dream", tmp_path / "dream")
     with pytest.raises(ValueError, match="family: 'llada' contradicts .*config.json, which names the 'dream' family"):
         spot.load_target(str(directory), family="llada", trust_remote_code=True, dtype="float64")
-    line = error_of([*GENERATE, "--target", str(directory), "--trust-remote-code", "--family", "llada"], capsys)
+    line = cli_error_line([*GENERATE, "--target", str(directory), "--trust-remote-code", "--family", "llada"], capsys)
     assert "'llada' contradicts" in line and "'dream' family" in line and "--force-family" in line
     sdar = ft.save_checkpoint("sdar", tmp_path / "sdar")
-    line = error_of([*GENERATE, "--target", str(sdar), "--trust-remote-code", "--family", "bd3lm",
+    line = cli_error_line([*GENERATE, "--target", str(sdar), "--trust-remote-code", "--family", "bd3lm",
                      "--mask-id", str(ft.MASK_ID)], capsys)
     assert "'bd3lm' contradicts" in line and "'sdar' family" in line
 

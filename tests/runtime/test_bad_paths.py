@@ -24,11 +24,11 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 import spot
+from helpers import cli_error_line, within
 from spot import files
 from spot.cli import main
 
@@ -57,37 +57,6 @@ def kind_of(path) -> str:
             stat.S_IFLNK: "symlink"}.get(stat.S_IFMT(mode), "other")
 
 
-def error_of(argv, capsys) -> str:
-    """The one line `spot ARGV` ends with (SystemExit's message, or argparse's stderr)."""
-    with pytest.raises(SystemExit) as done:
-        main(argv)
-    code = done.value.code
-    text = code if isinstance(code, str) else capsys.readouterr().err
-    lines = text.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("spot: error: ") and "Traceback" not in text, text
-    return lines[0]
-
-
-def within(seconds: float, fn):
-    """fn()'s result or exception, failing the test when it has not returned after `seconds` (a read that blocks on
-    a FIFO would otherwise hang the suite: it is left behind in a daemon thread)."""
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 (handed back to the test)
-            box["error"] = e
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), f"still running after {seconds} s (blocked on a FIFO or device?)"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
 @pytest.fixture
 def no_bench(monkeypatch):
     """Running the benchmark fails the test: what is refused is refused before any work."""
@@ -103,7 +72,7 @@ def no_bench(monkeypatch):
 @pytest.mark.parametrize("kind", KINDS)
 def test_bench_json_on_a_device_node_or_fifo_is_refused_before_any_work(tmp_path, kind, capsys, no_bench):
     node = special_file(tmp_path, kind)
-    line = error_of([*QUICK_BENCH, "--json", str(node)], capsys)
+    line = cli_error_line([*QUICK_BENCH, "--json", str(node)], capsys)
     assert f"--json {node}: is a {'FIFO' if kind == 'fifo' else kind}" in line
     assert kind_of(node) == kind  # still there, as it was
 
@@ -112,7 +81,7 @@ def test_bench_json_on_a_device_node_or_fifo_is_refused_before_any_work(tmp_path
 def test_a_symlink_to_a_device_node_or_fifo_is_refused_naming_its_target(tmp_path, kind, capsys, no_bench):
     node = special_file(tmp_path, kind)
     (tmp_path / "link.json").symlink_to(node)
-    line = error_of([*QUICK_BENCH, "--json", str(tmp_path / "link.json")], capsys)
+    line = cli_error_line([*QUICK_BENCH, "--json", str(tmp_path / "link.json")], capsys)
     assert f"link.json: links to {node}, which is a" in line
     assert kind_of(node) == kind and kind_of(tmp_path / "link.json") == "symlink"
 
@@ -144,7 +113,7 @@ def test_project_and_build_outputs_follow_the_same_rule(tmp_path, capsys):
                        (["build", "tokenizer", "--out", str(fifo)], "--out"),
                        (["build", "target", "--out", str(fifo)], "--out"),
                        (["build", "prompts", "--out", str(fifo)], "--out")):
-        line = error_of(argv, capsys)
+        line = cli_error_line(argv, capsys)
         assert flag in line and "is a FIFO" in line, line
     assert kind_of(fifo) == "fifo"
 
@@ -153,7 +122,7 @@ def test_bench_plot_checks_every_file_it_writes(tmp_path, capsys, no_bench):
     pytest.importorskip("matplotlib")
     (tmp_path / "plots").mkdir()
     special_file(tmp_path / "plots", "fifo", "commits_per_pass.png")
-    line = error_of([*QUICK_BENCH, "--plot", str(tmp_path / "plots")], capsys)
+    line = cli_error_line([*QUICK_BENCH, "--plot", str(tmp_path / "plots")], capsys)
     assert "commits_per_pass.png: is a FIFO" in line
 
 
@@ -177,7 +146,7 @@ def test_spot_project_refuses_a_device_node_or_fifo(tmp_path, kind, capsys):
             os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 5))
         except OSError as e:
             pytest.skip(f"mknod is not permitted here ({e.strerror})")
-    line = within(60, lambda: error_of(["project", str(node)], capsys))
+    line = within(60, lambda: cli_error_line(["project", str(node)], capsys))
     assert f"{node}: not a regular file" in line
 
 
@@ -186,7 +155,7 @@ def test_an_input_over_the_cap_is_refused_from_its_size(tmp_path, capsys):
     with open(big, "wb") as f:
         f.truncate(files.INPUT_LIMIT_MB * 10**6 + 1)  # sparse: no disk, and nothing of it is read
     t0 = time.perf_counter()
-    line = error_of(["project", str(big)], capsys)
+    line = cli_error_line(["project", str(big)], capsys)
     assert f"{big}: 64 MB, larger than the 64 MB spot reads" in line and time.perf_counter() - t0 < 10
 
 
@@ -195,7 +164,7 @@ def test_prompt_len_is_sized_against_the_target_before_any_prompt_is_drawn(capsy
     cache here) refuses it first, naming the flag, and the process's peak memory does not grow by a gigabyte."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux
     t0 = time.perf_counter()
-    line = error_of(["generate", "--target", "random", "--prompt-len", "100000000"], capsys)
+    line = cli_error_line(["generate", "--target", "random", "--prompt-len", "100000000"], capsys)
     assert "--prompt-len 100000000, --max-new-tokens 64: 64 new tokens after prompts of up to 100000000 tokens" in line
     assert "KV cache" in line and time.perf_counter() - t0 < 30
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 10**6
@@ -265,7 +234,7 @@ def _report(path, settings=None, spot_entry=None, **top):
 def test_project_refuses_a_report_whose_numbers_are_out_of_range(tmp_path, capsys, settings, entry, field):
     """A report with B = -16 or negative op counts was projected (`B = -16`, `launch ms -1.290`)."""
     report = _report(tmp_path / "r.json", settings, entry)
-    line = error_of(["project", str(report)], capsys)
+    line = cli_error_line(["project", str(report)], capsys)
     assert f"{report}: {field}" in line, line
 
 
@@ -276,13 +245,13 @@ def test_project_refuses_a_report_whose_numbers_are_out_of_range(tmp_path, capsy
 def test_project_names_a_report_that_is_no_json_object(tmp_path, capsys, text, says):
     report = tmp_path / "r.json"
     report.write_bytes(text.encode("latin-1"))
-    assert says in error_of(["project", str(report)], capsys)
+    assert says in cli_error_line(["project", str(report)], capsys)
 
 
 # ---- one error path ------------------------------------------------------------------------------------------------
 
 def test_demo_on_an_unknown_device_is_one_line(capsys):
-    assert "--device xpu:9: spot runs on cpu or cuda devices" in error_of(["demo", "--device", "xpu:9"], capsys)
+    assert "--device xpu:9: spot runs on cpu or cuda devices" in cli_error_line(["demo", "--device", "xpu:9"], capsys)
 
 
 def test_an_unexpected_error_is_one_line_naming_its_type(monkeypatch, capsys):
@@ -292,7 +261,7 @@ def test_an_unexpected_error_is_one_line_naming_its_type(monkeypatch, capsys):
     def broken(a):
         raise ZeroDivisionError("division by zero")
     monkeypatch.setattr(spot.cli, "target_from_args", broken)
-    line = error_of(QUICK_BENCH, capsys)
+    line = cli_error_line(QUICK_BENCH, capsys)
     assert line == ("spot: error: division by zero (ZeroDivisionError; --debug or SPOT_DEBUG=1 shows the "
                     "traceback)")
 
