@@ -389,8 +389,8 @@ def cmd_project(a) -> int:
     return 0
 
 
-_PROMPT_LEN_HELP = (f"decode random token prompts of this length (default {PROMPT_LEN}, used for --target random and "
-                    "targets without a tokenizer); never the target's mask, end-of-sequence or padding ids")
+_PROMPT_LEN_HELP = (f"decode random token prompts of this length (without it: {PROMPT_LEN}, for --target random and "
+                    "targets without a tokenizer); they never hold the target's mask, end-of-sequence or padding ids")
 
 
 def build_parser() -> argparse.ArgumentParser:
