@@ -109,12 +109,19 @@ def test_a_config_that_is_no_json_object_is_named(tmp_path, capsys, text, says):
 
 
 def test_a_tokenizer_json_without_added_tokens_is_named(tmp_path, capsys):
+    """transformers 5 raises KeyError('added_tokens') on it (4.57 loads it: the command then runs)."""
+    import transformers
+
     directory = qwen3_dir(tmp_path / "ckpt")
     hf_tiny.save_tokenizer(directory)
     tokenizer = json.loads((directory / "tokenizer.json").read_text())
     del tokenizer["added_tokens"]
     (directory / "tokenizer.json").write_text(json.dumps(tokenizer))
-    line = cli_error_line([*GENERATE, "--target", str(directory), "--mask-id", "95"], capsys)
+    argv = [*GENERATE, "--target", str(directory), "--mask-id", "95"]
+    if int(transformers.__version__.split(".")[0]) < 5:
+        assert main(argv) == 0
+        return
+    line = cli_error_line(argv, capsys)
     assert f"{directory}: transformers cannot load its tokenizer files (KeyError: 'added_tokens')" in line
 
 
