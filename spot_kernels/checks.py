@@ -57,6 +57,26 @@ def size(what: str, nbytes: int) -> None:
                          "(SPOT_MEMORY_LIMIT_GB)")
 
 
+def footprint(op: str, out_bytes: int, **tensors: torch.Tensor) -> None:
+    """Refuse (`size`), before anything is allocated or read, a call whose input tensors, each at its logical size
+    (numel x element size), plus its outputs (`out_bytes`) need more than SPOT_MEMORY_LIMIT_GB. A broadcast
+    (zero-stride) input of 2**40 elements holds one element but is read, and copied by any kernel that makes it
+    contiguous, as 2**40: it counts at that size. Runs after the structural checks, before the value checks (which
+    compute over the inputs)."""
+    total = out_bytes
+    for t in tensors.values():
+        total += t.numel() * t.element_size()
+    if total <= memory_limit_bytes():  # the common case: no message is built
+        return
+    sizes = {name: t.numel() * t.element_size() for name, t in tensors.items()}
+    largest = max(sizes, key=sizes.get) if sizes else None
+    what = f"spot.{op}: its inputs at their logical size"
+    if largest is not None:
+        t = tensors[largest]
+        what += f" ({largest}: shape {list(t.shape)}, {_dtype_names((t.dtype,))}, {sizes[largest] / 1e9:.3g} GB)"
+    size(f"{what} and outputs ({out_bytes / 1e9:.3g} GB) need", total)
+
+
 def values_enabled(device: torch.device) -> bool:
     """Whether value-range checks may read tensors on `device` (see the module docstring)."""
     if device.type == "cpu":

@@ -24,6 +24,7 @@ import hashlib
 import math
 import os
 import shutil
+import threading
 
 import torch
 
@@ -406,3 +407,37 @@ def assert_backend_reaches_tree_ops(monkeypatch, target, prompts, tree_ops: set,
         assert {b for _, b in seen} == {tree_backend}, seen
     with pytest.raises(ValueError, match="backend must be one of"):
         target.start(prompts, kw["max_new_tokens"], kw["block_size"], backend="gpu")
+
+
+def cli_error_line(argv, capsys) -> str:
+    """The one line `spot ARGV` ends with (SystemExit's message, or argparse's on stderr), checked to be one line
+    that starts with `spot: error: ` and carries no traceback."""
+    from spot.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    code = done.value.code
+    text = code if isinstance(code, str) else capsys.readouterr().err
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spot: error: ") and "Traceback" not in text, text
+    return lines[0]
+
+
+def within(seconds: float, fn):
+    """fn()'s result or exception, failing the test when it has not returned after `seconds` (a read that blocks on
+    a FIFO would otherwise hang the suite: it is left behind in a daemon thread)."""
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 (handed back to the test)
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s (blocked on a FIFO or device?)"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

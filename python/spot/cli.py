@@ -1,7 +1,8 @@
 """`spot` / `python -m spot`: generate text, benchmark decoding methods against each other, or `spot build ...`.
 
 Every error of `spot` and `spot build` goes through `main`: one line naming the argument on stderr and exit code 1
-(argparse's own errors: 2), the traceback only with --debug (anywhere on the command line) or SPOT_DEBUG=1.
+(argparse's own errors: 2; SIGINT: `spot: error: interrupted (SIGINT)`, 130), the traceback only with --debug
+(anywhere on the command line) or SPOT_DEBUG=1.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def _drafter(methods, a):
 
 BENCH_PROMPTS = 8  # `spot bench` without --num-prompts or --prompts-file
 BENCH_METHODS = "standard,confidence,spot,oracle"  # `spot bench` without --methods (oracle: one commit per step only)
+PROMPT_LEN = 16  # random prompts' length without --prompt-len
 
 
 def _prompts(a, target) -> list[list[int]]:
@@ -140,12 +142,30 @@ def _prompts(a, target) -> list[list[int]]:
         if tok is None:
             raise SystemExit("this target has no tokenizer: use --prompt-len for random token prompts")
         return [tok.encode(t) for t in texts][:count]
-    held_out = _held_out_prompts(target, count or BENCH_PROMPTS)
-    if held_out:
-        return held_out
-    from .lab.bench import random_prompts
+    if a.prompt_len is None and a.target != "random":
+        held_out = _held_out_prompts(target, count or BENCH_PROMPTS)
+        if held_out:
+            return held_out
+    return _random_prompts(a, target, count or BENCH_PROMPTS)
 
-    return random_prompts(target.vocab_size, count or BENCH_PROMPTS, a.prompt_len, a.seed)
+
+def _random_prompts(a, target, count: int) -> list[list[int]]:
+    """`count` random prompts of --prompt-len ids, none of them a special id of the target (spot.prompts). Sized
+    before any is drawn: their own memory, and the room the target's sessions need for them (`Target.check_room`;
+    a --block-size or --max-new-tokens out of range is left to the decoder's check, which names it)."""
+    from .prompts import random_prompts, special_ids
+
+    length = PROMPT_LEN if a.prompt_len is None else a.prompt_len
+    if a.block_size >= 1 and a.max_new_tokens >= 0:
+        try:
+            target.check_room(length, min(count, getattr(a, "batch_size", 1)), a.max_new_tokens, a.block_size)
+        except ValueError as e:
+            message = str(e).removeprefix("max_new_tokens: ")
+            raise SystemExit(f"--prompt-len {length}, --max-new-tokens {a.max_new_tokens}: {message}") from None
+    try:
+        return random_prompts(target.vocab_size, count, length, a.seed, special_ids(target))
+    except ValueError as e:
+        raise SystemExit(f"--prompt-len {length} x --num-prompts {count}: {e}") from None
 
 
 def _held_out_prompts(target, count: int):
@@ -215,8 +235,10 @@ def _commit_orders(method: str, orders: list[list[int]], starts: dict[int, list[
 
 def cmd_demo(a) -> int:
     """What `make demo` shows (spot/lab/demo.py): pass reduction, commit order, CPU time, --budget auto, projection."""
+    from .cli_args import check_device
     from .lab.demo import demo_screen
 
+    check_device(a.device)
     _at_least(a, {"max_new_tokens": 1, "block_size": 1})
     if a.block_size > a.max_new_tokens:
         raise SystemExit(f"--block-size {a.block_size}: the demo decodes whole blocks, so it must not exceed "
@@ -323,7 +345,8 @@ def _check_plot_folder(folder) -> None:
     """--plot's folder is created (or must be a folder) and writable, before anything runs."""
     from pathlib import Path
 
-    from .lab.bench import check_writable
+    from .files import check_writable
+    from .lab.plots import BENCH_PLOTS
 
     _check_matplotlib()
     path = Path(folder)
@@ -331,7 +354,8 @@ def _check_plot_folder(folder) -> None:
         raise SystemExit(f"--plot {folder}: exists and is not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        check_writable(path / "pass_reduction.png")
+        for name in BENCH_PLOTS:
+            check_writable(path / name)
     except (OSError, ValueError) as e:
         raise SystemExit(f"--plot {folder}: cannot write there ({e})") from None
 
@@ -401,6 +425,10 @@ def cmd_project(a) -> int:
     return 0
 
 
+_PROMPT_LEN_HELP = (f"decode random token prompts of this length (without it: {PROMPT_LEN}, for --target random and "
+                    "targets without a tokenizer); they never hold the target's mask, end-of-sequence or padding ids")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="spot", description="Lossless speculative decoding for diffusion LMs.",
                     epilog="An error prints one line; --debug (anywhere on the command line) or SPOT_DEBUG=1 shows "
@@ -409,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="decode one prompt and compare methods")
     _common(g)
     g.add_argument("--prompt", help="prompt text (default: a held-out prompt, or random ids for --target random)")
-    g.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")
+    g.add_argument("--prompt-len", type=int, help=_PROMPT_LEN_HELP)
     g.add_argument("--show-order", action="store_true",
                    help="print, per block and method, the pass at which each position was committed")
     g.set_defaults(func=cmd_generate)
@@ -419,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--prompts-file", help="one prompt per line (\\n for newlines)")
     b.add_argument("--num-prompts", type=int,
                    help=f"prompts to decode (default: every line of --prompts-file, else {BENCH_PROMPTS})")
-    b.add_argument("--prompt-len", type=int, default=16, help="length of random token prompts")
+    b.add_argument("--prompt-len", type=int, help=_PROMPT_LEN_HELP)
     b.add_argument("--batch-size", type=int, default=1)
     b.add_argument("--json", help="write the report here")
     b.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -473,12 +501,29 @@ def main(argv=None) -> int:
         if debug or e.code is None or isinstance(e.code, int):
             raise
         raise SystemExit(_error_line(str(e.code))) from None
-    except (ValueError, TypeError, OSError, RuntimeError, ImportError, KeyError, IndexError, OverflowError,
-            RecursionError, MemoryError) as e:
+    except KeyboardInterrupt:
         if debug:
             raise
+    except Exception as e:  # noqa: BLE001 (the one error path: every failure is one line, the traceback on request)
+        if debug:
+            raise
+        _close_progress_bars()
         raise SystemExit(_error_line(f"{_one_line(e)} ({type(e).__name__}; --debug or SPOT_DEBUG=1 shows the "
                                      "traceback)")) from None
+    _close_progress_bars()
+    print("spot: error: interrupted (SIGINT)", file=sys.stderr)
+    raise SystemExit(INTERRUPTED)
+
+
+def _close_progress_bars() -> None:
+    """Close the progress bars a failed command left open, so that its error line stands on a line of its own (an
+    open bar's line ends in a carriage return, not a newline)."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
+INTERRUPTED = 130  # the exit status of a command ended by SIGINT (128 + 2), as shells report it
 
 
 def _run(argv) -> int:

@@ -37,13 +37,18 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
                     "trust")
     hf.add_argument("--family", choices=("auto", "generic", "llada", "dream", "sdar", "llada2", "bd3lm"),
                     help="auto (default): the family target config.json names (LLaDA, Dream, SDAR, LLaDA2), else "
-                    "the generic path (--layout, --logits-shift); generic: always the generic path")
+                    "the generic path (--layout, --logits-shift); generic: always the generic path. A family other "
+                    "than the one config.json names is refused unless --force-family")
+    hf.add_argument("--force-family", action="store_true",
+                    help="run the checkpoint as the --family named even though its config.json names another "
+                    "(its tokens may differ from its own family's)")
     hf.add_argument("--attn-implementation", help="transformers' attn_implementation (default: sdpa on the generic "
                     "path, the model's own default for a family)")
 
 
 # Flags that only a Hugging Face checkpoint directory reads: given for another target they are refused, not ignored.
-HF_FLAGS = ("layout", "mask_token", "mask_id", "logits_shift", "trust_remote_code", "family", "attn_implementation")
+HF_FLAGS = ("layout", "mask_token", "mask_id", "logits_shift", "trust_remote_code", "family", "force_family",
+            "attn_implementation")
 
 
 def check_device(device: str) -> None:
@@ -74,34 +79,36 @@ def target_from_args(a):
         try:
             return load_target(a.target, dtype=a.dtype, device=a.device, seed=a.seed)
         except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(f"--target {a.target}: {e}") from None
+            raise SystemExit(_target_error(a.target, e)) from None
     try:
         return load_target(a.target, dtype=a.dtype, device=a.device, layout=a.layout or "block_causal",
                            mask_token=a.mask_token, mask_id=a.mask_id, logits_shift=a.logits_shift or 0,
                            trust_remote_code=a.trust_remote_code, family=a.family or "auto",
-                           attn_implementation=a.attn_implementation)
-    except (FileNotFoundError, ValueError, ImportError, NotImplementedError) as e:
-        raise SystemExit(f"--target {a.target}: {e}") from None
+                           force_family=a.force_family, attn_implementation=a.attn_implementation)
+    except (FileNotFoundError, ValueError, TypeError, ImportError, NotImplementedError) as e:
+        raise SystemExit(_target_error(a.target, e)) from None
 
 
-PROMPTS_FILE_LIMIT_MB = 64  # a prompts file is read whole, up to this size (a device or pipe could be endless)
+def _target_error(target: str, error: Exception) -> str:
+    """`--target DIR: message`, the directory said once when the message starts with it."""
+    message = str(error)
+    return f"--target {message}" if message.startswith(str(target)) else f"--target {target}: {message}"
+
+
+PROMPTS_FILE_LIMIT_MB = 64  # a prompts file is read whole, up to this size (spot.files' input-file rule)
 
 
 def read_prompts_file(path) -> list[str]:
-    """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines) of at most PROMPTS_FILE_LIMIT_MB;
-    errors name the file."""
-    limit = PROMPTS_FILE_LIMIT_MB * 10**6
+    """The non-blank lines of a UTF-8 prompts file (\\n escapes as newlines): a regular file of at most
+    PROMPTS_FILE_LIMIT_MB, opened without blocking (spot.files.read_input_text); errors name the file."""
+    from .files import read_input_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(limit + 1)  # characters: at least as many bytes
-        if len(text) > limit:
-            raise SystemExit(f"--prompts-file {path}: larger than {PROMPTS_FILE_LIMIT_MB} MB (is it a device or an "
-                             "endless stream?)")
-        texts = [line.replace("\\n", "\n") for line in text.split("\n") if line.strip()]
-    except UnicodeDecodeError as e:
-        raise SystemExit(f"--prompts-file {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
-    except OSError as e:
-        raise SystemExit(f"--prompts-file {path}: cannot read it ({e.strerror or e})") from None
+        text = read_input_text(path, PROMPTS_FILE_LIMIT_MB)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--prompts-file {e}") from None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # universal newlines, as open() reads
+    texts = [line.replace("\\n", "\n") for line in lines if line.strip()]
     if not texts:
         raise SystemExit(f"--prompts-file {path}: holds no prompts (every line is blank)")
     return texts

@@ -21,9 +21,12 @@ The family is read from config.json (`model_type`, `architectures`, `auto_map`) 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
-from .hf import FAMILIES, BidirectionalSession, HFTarget, _first, _LeftPadded, _crop, family_of, load_hf_parts
+from .hf import (FAMILIES, BidirectionalSession, HFTarget, _crop, _first, _LeftPadded, checkpoint_config, family_of,
+                 load_hf_parts)
 from .limits import prompts_without_mask, token_id
 from .target import Session, Target
 
@@ -286,11 +289,16 @@ class BD3LMTarget(Target):
             raise ValueError(f"block_size: this BD3-LM attends in blocks of config.block_size = {self.block_size}; "
                              f"decode with block_size={self.block_size}, got {block_size}")
         prompts_without_mask(prompts, self.mask_id)
-        longest = max(-(-(len(p) + max_new_tokens) // block_size) * block_size for p in prompts)
-        if longest > self.model_length:
-            raise ValueError(f"max_new_tokens: a prompt plus {max_new_tokens} new tokens spans {longest} positions "
-                             f"(whole blocks), more than the model's config.model_length = {self.model_length}")
+        self.check_room(max((len(p) for p in prompts), default=0), len(prompts), max_new_tokens, block_size)
         return BD3LMSession(self, prompts, max_new_tokens, block_size)
+
+    def check_room(self, longest: int, rows: int, max_new_tokens: int, block_size: int) -> None:
+        """A prompt and its answer must fit the model's positions (config.model_length)."""
+        span = -(-(longest + max_new_tokens) // block_size) * block_size
+        if span > self.model_length:
+            raise ValueError(f"max_new_tokens: a prompt of {longest} tokens plus {max_new_tokens} new tokens spans "
+                             f"{span} positions (whole blocks), more than the model's config.model_length = "
+                             f"{self.model_length}")
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits [r, L, V] of BD3-LM's sampling forward on unpadded rows ids [r, L] (blocks at k * block_size)."""
@@ -384,11 +392,22 @@ __all__ = ["FAMILIES", "family_of", "family_target", "load_family_target", "LLaD
 
 
 def load_family_target(directory, family: str, *, mask_token=None, mask_id=None, eos_id="auto", dtype=torch.float32,
-                       device="cpu", trust_remote_code=False, attn_implementation=None) -> HFTarget:
+                       device="cpu", trust_remote_code=False, attn_implementation=None,
+                       force_family: bool = False) -> HFTarget:
     """`family`'s target from a checkpoint directory (the ids found as `spot.hf.load_hf_target` finds them);
-    attn_implementation None: the model's own default."""
+    attn_implementation None: the model's own default. A `family` other than the one config.json names is refused,
+    naming both (another family's target hands the model other arguments and reads its logits otherwise: it
+    decodes other tokens, or fails inside the model), unless `force_family=True`; a config.json that names no
+    family takes any."""
     if family not in TARGETS:
         raise ValueError(f"family: expected one of {FAMILIES}, got {family!r}")
+    config = checkpoint_config(directory)
+    declared = family_of(config)
+    if declared not in (None, family) and not force_family:
+        raise ValueError(f"family: {family!r} contradicts {Path(directory) / 'config.json'}, which names the "
+                         f"{declared!r} family (model_type {config.get('model_type')!r}, architectures "
+                         f"{config.get('architectures')!r}); load it as {declared!r} (family='auto'), or pass "
+                         f"force_family=True (CLI: --force-family) to run it as {family!r} anyway")
     if family == "bd3lm" and attn_implementation is not None:
         raise ValueError("attn_implementation: BD3-LM chooses its attention with config.attn_backend (sampling "
                          "needs 'sdpa', which spot.load_target sets); leave attn_implementation unset")

@@ -123,18 +123,19 @@ class HFTarget(Target):
             raise ValueError("prompts: logits_shift=1 reads a block's first logit at the token before it, so every "
                              "prompt needs at least one token")
         prompts_without_mask(prompts, self.mask_id)
-        self._check_size(prompts, max_new_tokens, block_size)
+        self.check_room(max((len(p) for p in prompts), default=0), len(prompts), max_new_tokens, block_size)
         return self.session_class()(self, prompts, max_new_tokens, block_size, backend=backend)
 
     def session_class(self):
         return BlockCausalSession if self.layout == "block_causal" else BidirectionalSession
 
-    def _check_size(self, prompts, max_new_tokens: int, block_size: int) -> None:
-        """`max_new_tokens` bounded before a session allocates anything: block_causal's KV cache may grow to the
-        longest prompt + max_new_tokens (SPOT_KV_CACHE_LIMIT_GB); a bidirectional pass attends over the whole
-        sequence, scores of [rows, heads, L, L] for one node per row at least (SPOT_MEMORY_LIMIT_GB)."""
+    def check_room(self, longest: int, rows: int, max_new_tokens: int, block_size: int) -> None:
+        """`max_new_tokens` and the prompt length bounded before a session allocates anything: block_causal's KV
+        cache may grow to the longest prompt + max_new_tokens (SPOT_KV_CACHE_LIMIT_GB); a bidirectional pass
+        attends over the whole sequence, scores of [rows, heads, L, L] for one node per row at least
+        (SPOT_MEMORY_LIMIT_GB)."""
         config = getattr(self.model, "config", None)
-        length = max((len(p) for p in prompts), default=0) + -(-max_new_tokens // block_size) * block_size + block_size
+        length = longest + -(-max_new_tokens // block_size) * block_size + block_size
         layers = getattr(config, "num_hidden_layers", None) or 1
         heads = getattr(config, "num_attention_heads", None) or 1
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -142,16 +143,17 @@ class HFTarget(Target):
         head_dim = getattr(config, "head_dim", None) or max(hidden // heads, 1)
         itemsize = self.dtype.itemsize
         if self.layout == "block_causal":
-            need = 2 * layers * len(prompts) * kv_heads * head_dim * itemsize * length
+            need = 2 * layers * rows * kv_heads * head_dim * itemsize * length
             limit = kv_cache_limit_bytes()
             if need > limit:
-                raise ValueError(f"max_new_tokens: {max_new_tokens} new tokens for {len(prompts)} prompt(s) could need "
-                                 f"{need / 1e9:.3g} GB of KV cache, above the limit of {limit / 1e9:.3g} GB; lower "
-                                 "max_new_tokens or the batch, or raise SPOT_KV_CACHE_LIMIT_GB")
+                raise ValueError(f"max_new_tokens: {max_new_tokens} new tokens after prompts of up to {longest} "
+                                 f"tokens, for {rows} prompt(s), could need {need / 1e9:.3g} GB of KV cache, above "
+                                 f"the limit of {limit / 1e9:.3g} GB; lower max_new_tokens, the prompt length or the "
+                                 "batch, or raise SPOT_KV_CACHE_LIMIT_GB")
         else:
-            size(f"max_new_tokens: {max_new_tokens} new tokens for {len(prompts)} prompt(s) make a sequence of "
-                 f"{length} tokens whose attention scores ({heads} heads, one node per row) need about",
-                 len(prompts) * heads * length * length * max(itemsize, 4))
+            size(f"max_new_tokens: {max_new_tokens} new tokens after prompts of up to {longest} tokens, for {rows} "
+                 f"prompt(s), make a sequence of {length} tokens whose attention scores ({heads} heads, one node per "
+                 "row) need about", rows * heads * length * length * max(itemsize, 4))
 
     # ---------------------------------------------------------------------------------------------- forward
 
@@ -462,6 +464,10 @@ def _accepts(model, name: str) -> bool:
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")  # safetensors only: nothing is unpickled
 PICKLED_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+# config.json's shape fields, wherever a config holds them: whole numbers >= 1 (transformers divides by some, and
+# HFTarget's memory estimates read them)
+CONFIG_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                "intermediate_size", "head_dim", "max_position_embeddings")
 
 
 def is_hf_directory(path) -> bool:
@@ -469,6 +475,61 @@ def is_hf_directory(path) -> bool:
     from pathlib import Path
     path = Path(path)
     return (path / "config.json").is_file() and not (path / "target.json").is_file()
+
+
+def checkpoint_config(directory) -> dict:
+    """config.json of a checkpoint directory, after the checks that run before transformers sees the directory:
+    config.json is a JSON object (spot.files' input-file rule: a regular file under a size cap, read without
+    blocking) whose shape fields (CONFIG_SIZES), where present, are integers >= 1; every entry of the directory is
+    a regular file or a folder (a symlink resolved: transformers would block on a FIFO or read a device); and every
+    weights file the checkpoint names is safetensors, the files an index's weight_map names included, each inside
+    the directory (nothing is unpickled: docs/design.md §7). Errors name the file (FileNotFoundError when there is
+    no config.json or no weights, else ValueError)."""
+    from pathlib import Path
+
+    from .files import path_kind, read_json
+
+    directory = Path(directory)
+    if not (directory / "config.json").exists():
+        raise FileNotFoundError(f"{directory}: no config.json, not a Hugging Face checkpoint directory")
+    config = read_json(directory / "config.json")
+    for name in CONFIG_SIZES:
+        value = config.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{directory / 'config.json'}: field {name!r} must be an integer >= 1, got {value!r}")
+    for entry in sorted(directory.iterdir()):
+        kind = path_kind(entry)
+        if kind not in (None, "regular file", "folder"):  # None: a dangling symlink, which transformers reports
+            raise ValueError(f"{entry}: is a {kind}; a checkpoint directory holds regular files and folders only")
+    if not any((directory / name).is_file() for name in WEIGHT_FILES):
+        if any((directory / name).is_file() for name in PICKLED_WEIGHT_FILES):
+            raise ValueError(f"{directory}: holds pickled weights only (pytorch_model.bin), which spot does not load "
+                             "(unpickling can run code); convert them to safetensors (model.save_pretrained(dir) "
+                             "in transformers writes model.safetensors)")
+        raise FileNotFoundError(f"{directory}: no weights (expected one of {', '.join(WEIGHT_FILES)})")
+    if (directory / WEIGHT_FILES[1]).is_file():
+        _check_weight_index(directory, directory / WEIGHT_FILES[1])
+    return config
+
+
+def _check_weight_index(directory, index) -> None:
+    """Every shard a safetensors index's weight_map names is a .safetensors file inside `directory` (transformers
+    would hand a .bin shard to torch.load)."""
+    from .files import read_json
+
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: expected a non-empty 'weight_map' object (tensor name -> shard file)")
+    root = directory.resolve()
+    for shard in sorted(set(map(str, weight_map.values()))):
+        path = (directory / shard).resolve()
+        if not shard.endswith(".safetensors"):
+            raise ValueError(f"{index}: weight_map names {shard!r}, not a .safetensors file; spot loads safetensors "
+                             "only (a .bin shard is a pickle, and unpickling can run code)")
+        if root not in path.parents:
+            raise ValueError(f"{index}: weight_map names {shard!r}, outside {directory}")
+        if not path.is_file():
+            raise FileNotFoundError(f"{index}: weight_map names {shard!r}, which is not a file in {directory}")
 
 
 def load_hf_target(directory, *, layout: str = "block_causal", mask_token: str | None = None,
@@ -498,30 +559,26 @@ def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dt
     the ids are found). auto_model: load with AutoModel (Dream), else AutoModelForCausalLM unless the config's
     auto_map maps only AutoModel (or AutoModelForMaskedLM and no AutoModelForCausalLM: BD3-LM);
     attn_implementation None: the model's own default; model_options: more from_pretrained keyword arguments."""
-    import json
     from pathlib import Path
 
     directory = Path(directory)
-    if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"{directory}: no config.json, not a Hugging Face checkpoint directory")
-    if not any((directory / name).is_file() for name in WEIGHT_FILES):
-        if any((directory / name).is_file() for name in PICKLED_WEIGHT_FILES):
-            raise ValueError(f"{directory}: holds pickled weights only (pytorch_model.bin), which spot does not load "
-                             "(unpickling can run code); convert them to safetensors (model.save_pretrained(dir) "
-                             "in transformers writes model.safetensors)")
-        raise FileNotFoundError(f"{directory}: no weights (expected one of {', '.join(WEIGHT_FILES)})")
+    config = checkpoint_config(directory)
     try:
         import transformers
     except ImportError:
         raise ImportError("Hugging Face targets need transformers: pip install 'spot-kernels[hf]'") from None
     tokenizer = None
     if any((directory / name).is_file() for name in TOKENIZER_FILES):
-        tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True,
-                                                               trust_remote_code=trust_remote_code)
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True,
+                                                                   trust_remote_code=trust_remote_code)
+        except Exception as e:  # noqa: BLE001 (named: _named_error)
+            raise _named_error(f"{directory}: transformers cannot load its tokenizer files", e) from e
     options = dict(local_files_only=True, trust_remote_code=trust_remote_code, dtype=dtype, use_safetensors=True)
     if attn_implementation is not None:
         options["attn_implementation"] = attn_implementation
-    auto_map = json.loads((directory / "config.json").read_text()).get("auto_map") or {}
+    auto_map = config.get("auto_map") or {}
+    auto_map = auto_map if isinstance(auto_map, dict) else {}
     only_auto_model = trust_remote_code and "AutoModel" in auto_map and "AutoModelForCausalLM" not in auto_map
     masked_lm = trust_remote_code and "AutoModelForMaskedLM" in auto_map and "AutoModelForCausalLM" not in auto_map
     auto = transformers.AutoModel if auto_model or only_auto_model else transformers.AutoModelForCausalLM
@@ -530,11 +587,12 @@ def load_hf_parts(directory, *, mask_token=None, mask_id=None, eos_id="auto", dt
     options.update(model_options or {})
     try:
         model = auto.from_pretrained(directory, **options).to(device)
-    except Exception as e:  # noqa: BLE001 (safetensors' SafetensorError and the like do not name the file)
-        if type(e).__name__ not in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall", "InvalidHeader") \
-                and not isinstance(e, (OSError, EOFError)):
-            raise
-        raise ValueError(f"{directory}: cannot read its weights ({type(e).__name__}: {e})") from None
+    except Exception as e:  # noqa: BLE001 (transformers' and the checkpoint code's errors, named: _named_error)
+        if type(e).__name__ in ("SafetensorError", "HeaderTooLarge", "HeaderTooSmall", "InvalidHeader") \
+                or isinstance(e, (OSError, EOFError)):
+            raise _named_error(f"{directory}: cannot read its weights", e) from e
+        raise _named_error(f"{directory}: transformers cannot build the model from config.json and its weights",
+                           e) from e
     config = model.config
     if mask_id is None and mask_token is not None:
         if tokenizer is None:
@@ -566,26 +624,33 @@ _FAMILY_MARKERS = (("llada2", ("llada2",)), ("bd3lm", ("bd3lm",)), ("sdar", ("sd
 
 
 def family_of(config) -> str | None:
-    """The family of a config (a dict from config.json or a transformers config object), or None."""
+    """The family of a config (a dict from config.json or a transformers config object), or None: read from its
+    model_type, architectures and auto_map, whatever JSON types those hold."""
     if not isinstance(config, dict):
-        config = config.to_dict() if hasattr(config, "to_dict") else vars(config)
-    names = [str(config.get("model_type") or "")]
-    names += [str(a) for a in config.get("architectures") or ()]
-    names += [str(v) for v in (config.get("auto_map") or {}).values()]
-    text = " ".join(names).lower()
+        config = config.to_dict() if hasattr(config, "to_dict") else {}
+    text = " ".join(_strings(config.get(key)) for key in ("model_type", "architectures", "auto_map")).lower()
     for family, markers in _FAMILY_MARKERS:
         if any(m in text for m in markers):
             return family
     return None
 
 
-def family_of_directory(directory) -> str | None:
-    import json
-    from pathlib import Path
-    try:
-        return family_of(json.loads((Path(directory) / "config.json").read_text()))
-    except (OSError, ValueError):
-        return None
+def _strings(value) -> str:
+    """The text of a config value: a string, or the strings of a list or of a mapping's values."""
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return " ".join(_strings(v) for v in value)
+    return value if isinstance(value, str) else ""
+
+
+def _named_error(what: str, error: Exception) -> Exception:
+    """What loading a checkpoint raised, as one line that starts with `what` (naming the directory) and gives the
+    original's type and message (raise it `from` the original: --debug shows both). An ImportError stays one
+    (a missing package of the checkpoint's code)."""
+    message = " ".join(str(error).split())[:500] or "no message"
+    kind = ImportError if isinstance(error, ImportError) else ValueError
+    return kind(f"{what} ({type(error).__name__}: {message})")
 
 
 def _first(value):

@@ -16,7 +16,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .files import (PACKAGE_DIR, atomic_write, atomic_write_text, check_output_path, check_readable_file,  # noqa: F401
-                    overwriting_shipped, remove_stale_temporaries)
+                    overwriting_shipped, read_json, remove_stale_temporaries)
 from .model import BlockDiffusionLM, ModelConfig
 from .limits import size
 from .target import ModelTarget
@@ -54,16 +54,7 @@ def load_weights(directory, name: str) -> tuple[dict[str, torch.Tensor], dict]:
     config, weights = directory / f"{name}.json", directory / f"{name}.safetensors"
     for path in (config, weights):
         check_readable_file(path)
-    try:
-        meta = json.loads(config.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{config}: not valid JSON ({e})") from None
-    except RecursionError:
-        raise ValueError(f"{config}: not a config (nested too deeply to read)") from None
-    except OSError as e:
-        raise ValueError(f"{config}: cannot read it ({e.strerror or e})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{config}: expected a JSON object, got {type(meta).__name__}")
+    meta = read_json(config)  # a JSON object, read under the input-file rule (errors name the file)
     try:
         with safe_open(str(weights), "pt") as f:
             state = {k: f.get_tensor(k) for k in f.keys()}
@@ -189,9 +180,10 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     seed and shape: docs/model_card.md), "random" (random weights from `seed`,
     shaped by `config`, for tests and benchmarks), a directory holding target.safetensors + target.json, or a
     Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;
-    `hf_options` (family, layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift,
+    `hf_options` (family, force_family, layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift,
     attn_implementation) go to `spot.hf.load_hf_target` then, and are refused otherwise; a checkpoint of a known
     family (LLaDA, Dream, SDAR, LLaDA2, BD3-LM: read from its config.json) gives that family's target (spot.families).
+    A `family` that contradicts the one config.json names is refused, naming both, unless `force_family=True`.
     dtype: "float32" (default), "float64" (exactness tests), "bfloat16" or "float16" (on CPU computed in float32
     from the half weights, docs/half_precision.md).
     """
@@ -228,22 +220,25 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
 
 
 def _load_checkpoint(directory, dtype, device, *, family: str | None = "auto", layout: str = "block_causal",
-                     logits_shift: int = 0, **options):
+                     logits_shift: int = 0, force_family: bool = False, **options):
     """A Hugging Face checkpoint directory's target: its family's (spot.families) when config.json names one or
-    `family` does, else the generic HFTarget(layout, logits_shift)."""
+    `family` does, else the generic HFTarget(layout, logits_shift). A `family` that contradicts config.json is
+    refused unless `force_family` (spot.families.load_family_target)."""
     from .families import load_family_target
-    from .hf import FAMILIES, family_of_directory, load_hf_target
+    from .hf import FAMILIES, checkpoint_config, family_of, load_hf_target
 
     if family == "auto":
-        family = family_of_directory(directory)
+        family = family_of(checkpoint_config(directory))
     elif family == "generic":
         family = None
     elif family is not None and family not in FAMILIES:
         raise ValueError(f"family: expected 'auto', 'generic', None or one of {FAMILIES}, got {family!r}")
     if family is None:
+        if force_family:
+            raise ValueError("force_family: forces a family named with family=; the generic path has none")
         return load_hf_target(directory, layout=layout, logits_shift=logits_shift, dtype=dtype, device=device,
                               **options)
-    return load_family_target(directory, family, dtype=dtype, device=device, **options)
+    return load_family_target(directory, family, dtype=dtype, device=device, force_family=force_family, **options)
 
 
 def _shipped_tokenizer():

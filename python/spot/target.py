@@ -117,6 +117,12 @@ class Target(ABC):
         embedded target's tree masks, positions and tree attention. Targets whose passes run the model's own
         forward (the Hugging Face, diffusers and family targets) ignore it."""
 
+    def check_room(self, longest: int, rows: int, max_new_tokens: int, block_size: int) -> None:
+        """Refuse (ValueError, naming max_new_tokens and the prompt length), from the lengths alone and before
+        anything is allocated, a decode of `rows` prompts of up to `longest` tokens that this target's sessions
+        could not hold (KV cache, attention, positions). `start` runs the same check on its prompts; a caller that
+        makes prompts up (the CLI's --prompt-len) runs it before making them. The default refuses nothing."""
+
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -214,6 +220,27 @@ class ModelTarget(Target):
     def start(self, prompts, max_new_tokens, block_size, *, backend: str = "auto"):
         return ModelSession(self, prompts, max_new_tokens, block_size, Kernels(self.kernels, backend))
 
+    def check_room(self, longest: int, rows: int, max_new_tokens: int, block_size: int) -> None:
+        _check_kv_cache(self.model.cfg, self.compute_dtype, rows, _slots(longest, max_new_tokens, block_size),
+                        longest, max_new_tokens)
+
+
+def _slots(longest: int, max_new_tokens: int, block_size: int) -> int:
+    """Cache slots a session may need: its longest prompt and answer, plus what one pass may append on top of
+    another row's prefix (a block, or a joining prompt)."""
+    return longest + -(-max_new_tokens // block_size) * block_size + max(longest, block_size)
+
+
+def _check_kv_cache(cfg, dtype, rows: int, slots: int, longest: int, max_new_tokens: int) -> None:
+    """Refuse a KV cache of `rows` x `slots` positions above SPOT_KV_CACHE_LIMIT_GB, before it is allocated."""
+    need = slots * 2 * cfg.n_layers * rows * cfg.n_kv_heads * cfg.head_dim * dtype.itemsize
+    limit = kv_cache_limit_bytes()
+    if need > limit:
+        raise ValueError(
+            f"max_new_tokens: {max_new_tokens} new tokens after prompts of up to {longest} tokens, for {rows} "
+            f"prompt(s), could need {need / 1e9:.3g} GB of KV cache, above the limit of {limit / 1e9:.3g} GB; lower "
+            "max_new_tokens, the prompt length or the batch, or raise SPOT_KV_CACHE_LIMIT_GB")
+
 
 class ModelSession(Session):
     """Rows are right-aligned in one KV cache (`KVCache`): every row's prefix ends at the end of its buffer and
@@ -245,26 +272,14 @@ class ModelSession(Session):
         """int64 [batch]: each row's first real key in the cache."""
         return self.cache.key_start
 
-    def _most(self, prompts) -> int:
-        """Cache slots this session may need: its longest prompt and answer, plus what one pass may append on top
-        of another row's prefix (a block, or a joining prompt)."""
-        blocks = -(-self.max_new_tokens // self.block_size)
-        longest = max((len(p) for p in prompts), default=0)
-        return longest + blocks * self.block_size + max(longest, self.block_size)
-
     def admit(self, prompts) -> None:
         """Add rows for `prompts` after the current ones; their prompts are prefilled inside the next pass."""
         target, device = self.target, self.target.device
         cfg, dtype = target.model.cfg, self.compute_dtype
-        most = max(self.cache.max_capacity, self._most(prompts))
+        longest = max((len(p) for p in prompts), default=0)
+        most = max(self.cache.max_capacity, _slots(longest, self.max_new_tokens, self.block_size))
         batch = self.batch + len(prompts)
-        per_position = 2 * cfg.n_layers * batch * cfg.n_kv_heads * cfg.head_dim * dtype.itemsize
-        limit = kv_cache_limit_bytes()
-        if most * per_position > limit:
-            raise ValueError(
-                f"max_new_tokens: {self.max_new_tokens} new tokens for {batch} prompt(s) could need "
-                f"{most * per_position / 1e9:.3g} GB of KV cache, above the limit of {limit / 1e9:.3g} GB; lower "
-                "max_new_tokens or the batch, or raise SPOT_KV_CACHE_LIMIT_GB")
+        _check_kv_cache(cfg, dtype, batch, most, longest, self.max_new_tokens)
         if self.batch == 0:  # the cache grows block by block (doubling) as the prefix does
             first = max((len(p) for p in prompts), default=0) + self.block_size
             self.cache = KVCache(cfg, batch, min(most, first), dtype, device, max_capacity=most)

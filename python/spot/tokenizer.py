@@ -127,10 +127,18 @@ class Tokenizer:
 
 
 def load_tokenizer(path: str | os.PathLike | None = None) -> Tokenizer:
-    """Load a tokenizer JSON (default: the one shipped in ``spot/assets/tokenizer.json``).
-    Raises FileNotFoundError when the file is missing."""
+    """Load a tokenizer JSON (default: the one shipped in ``spot/assets/tokenizer.json``), read under spot.files'
+    input-file rule (a regular file under a size cap, never waited on). Raises FileNotFoundError when the file is
+    missing, ValueError naming it when it is no tokenizer."""
+    from .files import read_input_text
+
     tokenizers = _require_tokenizers()
     p = Path(path) if path is not None else DEFAULT_PATH
-    if not p.is_file():
+    if not p.exists():
         raise FileNotFoundError(f"tokenizer file not found: {p} (build it with `spot build tokenizer`)")
-    return Tokenizer(tokenizers.Tokenizer.from_file(str(p)), p)
+    text = read_input_text(p)
+    try:
+        backend = tokenizers.Tokenizer.from_str(text)
+    except Exception as e:  # noqa: BLE001 (the tokenizers library raises its own Exception type)
+        raise ValueError(f"{p}: not a tokenizer JSON ({' '.join(str(e).split())[:200]})") from None
+    return Tokenizer(backend, p)

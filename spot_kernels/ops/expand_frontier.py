@@ -114,6 +114,9 @@ def check(position_logits, states, path_logprob, stale_topk_probs, stale_topk_id
     device = checks.same_device(op, position_logits=position_logits, states=states, path_logprob=path_logprob,
                                 stale_topk_probs=stale_topk_probs, stale_topk_ids=stale_topk_ids, rows=rows,
                                 block_start=block_start, steps=steps)
+    checks.footprint(op, 0, position_logits=position_logits, states=states, path_logprob=path_logprob,
+                     stale_topk_probs=stale_topk_probs, stale_topk_ids=stale_topk_ids, rows=rows,
+                     block_start=block_start, steps=steps)
     if values and checks.values_enabled(device):
         check_child_token_values(op, stale_topk_ids, steps, block_start)
     return device

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import checks
@@ -43,7 +45,9 @@ def check(seed, rows, positions, steps, vocab_ids, *, values: bool) -> torch.dev
     except RuntimeError:
         shapes = ", ".join(f"{n}={list(t.shape)}" for n, t in named.items())
         raise ValueError(f"spot.{op}: rows, positions, steps and vocab_ids must broadcast; got {shapes}") from None
-    return checks.same_device(op, **named)
+    device = checks.same_device(op, **named)
+    checks.footprint(op, 4 * math.prod(torch.broadcast_shapes(*(t.shape for t in named.values()))), **named)
+    return device
 
 
 def fake(seed, rows, positions, steps, vocab_ids, backend="auto"):

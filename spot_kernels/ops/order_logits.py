@@ -155,6 +155,7 @@ def check(features, stale_masked, tokens, node_row, node_masked, depth, resample
                  depth=depth, weights=weights)
     named.update({k: v for k, v in (("tokens", tokens), ("resampled", resampled)) if v is not None})
     device = checks.same_device(op, **named)
+    checks.footprint(op, 0, **named)  # the outputs and activations are sized above
     if values and checks.values_enabled(device):
         checks.in_range(op, "node_row", node_row, 0, n_rows, what="a row of features")
         checks.in_range(op, "depth", depth, 0, 1 << 62, what="a tree depth >= 0")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -80,6 +81,9 @@ def check(logits, masked, seed, rows, block_start, steps, temperature, confidenc
     checks.choice(op, "confidence", confidence, CONFIDENCE_KINDS)
     checks.integer(op, "top_k", top_k, 1, checks.MAX_K + 1)
     device = checks.same_device(op, logits=logits, masked=masked, rows=rows, block_start=block_start, steps=steps)
+    positions, c = math.prod(logits.shape[:-1]), 8 if logits.dtype == torch.float64 else 4
+    checks.footprint(op, positions * (8 + c + top_k * (c + 8)) + 8 * math.prod(lead), logits=logits, masked=masked,
+                     rows=rows, block_start=block_start, steps=steps)
     if values and checks.values_enabled(device):
         checks.at_least(op, "steps", steps, 0, "commits already made inside the block")
         checks.at_least(op, "block_start", block_start, 0, "an absolute position")

@@ -85,6 +85,9 @@ def check(position_logits, masked, path_logprob, stale_topk_probs, stale_topk_id
     device = checks.same_device(op, position_logits=position_logits, masked=masked, path_logprob=path_logprob,
                                 stale_topk_probs=stale_topk_probs, stale_topk_ids=stale_topk_ids, rows=rows,
                                 block_start=block_start, steps=steps)
+    checks.footprint(op, frontier * k * (16 + position_logits.element_size()), position_logits=position_logits,
+                     masked=masked, path_logprob=path_logprob, stale_topk_probs=stale_topk_probs,
+                     stale_topk_ids=stale_topk_ids, rows=rows, block_start=block_start, steps=steps)
     if values and checks.values_enabled(device):
         check_child_token_values(op, stale_topk_ids, steps, block_start)
     return device

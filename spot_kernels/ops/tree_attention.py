@@ -217,6 +217,8 @@ def check_attention(q, k_prefix, v_prefix, k_nodes, v_nodes, key_start, scale, *
     _attention_scale(op, scale)
     device = checks.same_device(op, q=q, k_prefix=k_prefix, v_prefix=v_prefix, k_nodes=k_nodes, v_nodes=v_nodes,
                                 key_start=key_start)
+    checks.footprint(op, q.numel() * q.element_size(), q=q, k_prefix=k_prefix, v_prefix=v_prefix, k_nodes=k_nodes,
+                     v_nodes=v_nodes, key_start=key_start)
     if values and checks.values_enabled(device):
         checks.in_range(op, "key_start", key_start, 0, prefix + 1, what="first valid prefix key, at most P")
     return device

@@ -73,6 +73,7 @@ def check(parents, draft_pos, draft_tokens, target_pos, target_tokens, block, *,
         raise ValueError(f"spot.{op}: block must have shape [b, B] with b = {b} (from parents), "
                          f"got {list(block.shape)}")
     device = checks.same_device(op, parents=parents, **named, block=block)
+    checks.footprint(op, 8 * b * (2 * n + block.shape[1] + 2), parents=parents, **named, block=block)
     if values and checks.values_enabled(device):
         width = block.shape[1]
         _check_parents(op, parents)

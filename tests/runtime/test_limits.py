@@ -138,12 +138,17 @@ def test_item5_a_huge_max_new_tokens_is_refused_before_decoding(target):
 
 # ---- 6. the prompts file (the mask ops' size checks: tests/ops/test_tree_attention.py) -----------------------------
 
-def test_item6_an_endless_prompts_file_is_refused(monkeypatch, tmp_path):
+def test_item6_a_prompts_file_over_the_cap_is_refused(monkeypatch, tmp_path):
+    """Over the cap is refused from its size, before a byte is read (a device or FIFO, which could be endless, is
+    no regular file: tests/runtime/test_bad_files.py)."""
     from spot import cli_args as cli
     monkeypatch.setattr(cli, "PROMPTS_FILE_LIMIT_MB", 1)
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:
+        f.truncate(2 * 10**6)  # sparse: 2 MB that take no disk
     t0 = time.perf_counter()
-    with pytest.raises(SystemExit, match="--prompts-file /dev/zero: larger than 1 MB"):
-        cli.read_prompts_file("/dev/zero")
+    with pytest.raises(SystemExit, match="--prompts-file .*big.txt: 2 MB, larger than the 1 MB spot reads"):
+        cli.read_prompts_file(big)
     assert time.perf_counter() - t0 < 5
     (tmp_path / "p.txt").write_text("a\\nb\n\nc\r\n")
     assert cli.read_prompts_file(tmp_path / "p.txt") == ["a\nb", "c"]

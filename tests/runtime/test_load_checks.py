@@ -121,7 +121,7 @@ def _drafter_dir(tmp_path, config_text):
 
 def test_a_config_nested_too_deep_is_named(tmp_path):
     _drafter_dir(tmp_path, lambda meta: "[" * 100_000 + "]" * 100_000)
-    with pytest.raises(ValueError, match="drafter.json: not a config \\(nested too deeply"):
+    with pytest.raises(ValueError, match="drafter.json: .*nested too deeply"):
         load_order_model(tmp_path)
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import platform
-import tempfile
 import time
 from collections import Counter
 
@@ -14,15 +12,9 @@ import torch
 from tqdm import tqdm
 
 from ..decode import generate
-from ..loading import atomic_write_text, check_output_path
+from ..files import atomic_write_text, check_writable  # noqa: F401 (check_writable: the bench scripts' import)
 from ..settings import TreeSettings
 from .dispatch_count import DispatchCounter
-
-
-def random_prompts(vocab_size: int, count: int, length: int, seed: int, low: int = 3) -> list[list[int]]:
-    """Token-id prompts for models without text (ids below `low` are special tokens)."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(low, vocab_size, (count, length), generator=g).tolist()
 
 
 def warm_up(target, prompt: list[int]) -> None:
@@ -283,24 +275,6 @@ def _check_prompts_and_batch(prompts, batch_size) -> None:
         raise ValueError("prompts: a benchmark needs at least one prompt")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
-
-
-def check_writable(path) -> None:
-    """Raise (naming `path`) unless a file can be written at `path`: checked before a run, so that a bad --json
-    does not lose the results of a whole benchmark. Leaves nothing behind. A path inside the installed package is
-    refused (`check_output_path`), as the write itself would be."""
-    path = check_output_path(path)
-    if path.is_dir():
-        raise ValueError(f"{path}: is a folder, not a file")
-    if not path.parent.is_dir():
-        raise ValueError(f"{path}: folder {path.parent} does not exist")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{path}: not writable")
-    try:
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"):
-            pass
-    except OSError as e:
-        raise ValueError(f"{path}: cannot write in {path.parent} ({e.strerror or e})") from None
 
 
 def write_json(report: dict, path) -> None:

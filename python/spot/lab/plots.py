@@ -8,7 +8,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from pathlib import Path
 
-from ..loading import check_output_path
+from ..files import atomic_write
 
 PASS_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -40,6 +40,9 @@ def _tables(report: dict) -> dict[int, dict]:
     return {int(report["settings"]["budget"]): {m: r for m, r in report["methods"].items() if m != "standard"}}
 
 
+BENCH_PLOTS = ("pass_reduction.png", "commits_per_pass.png")  # what bench_plots writes into its folder
+
+
 def bench_plots(report: dict, folder) -> list[Path]:
     """pass_reduction.png (standard's passes / the method's, against the budget, per method) and
     commits_per_pass.png (share of passes by commits per pass, per method and budget). Returns the paths."""
@@ -64,8 +67,8 @@ def bench_plots(report: dict, folder) -> list[Path]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths = [folder / "pass_reduction.png"]
-    fig.savefig(check_output_path(paths[0]))
+    paths = [folder / BENCH_PLOTS[0]]
+    atomic_write(paths[0], lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
 
     fig, axes = plt.subplots(1, max(1, len(methods)), figsize=(4 * max(1, len(methods)), 3.5), dpi=110,
@@ -86,8 +89,8 @@ def bench_plots(report: dict, folder) -> list[Path]:
         ax.legend(fontsize=7)
     fig.suptitle(f"commits per pass ({subtitle})", fontsize=9)
     fig.tight_layout()
-    paths.append(folder / "commits_per_pass.png")
-    fig.savefig(check_output_path(paths[1]))
+    paths.append(folder / BENCH_PLOTS[1])
+    atomic_write(paths[1], lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
     return paths
 

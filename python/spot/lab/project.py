@@ -17,13 +17,14 @@ layers of a model shape on a device (bench/gpu_bench.py runs it on a GPU), so th
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..loading import check_output_path
+from ..files import atomic_write, read_json
 
 LABEL = "projection (roofline), not a measurement"
 # Host time per eager PyTorch op on a GPU (dispatch and launch), and per CUDA-graph replay of a captured round.
@@ -170,41 +171,100 @@ class Acceptance:
         return (self.commits - self.first_passes) / rest if rest else 1.0
 
 
-def _blocks(settings: dict, passes: int) -> int:
+def _blocks(settings: dict, passes: int, path) -> int:
     """First passes: one per decoded block. Exact with --ignore-eos; with end-of-sequence stops an upper bound."""
-    blocks = settings["num_prompts"] * -(-settings["max_new_tokens"] // settings["block_size"])
-    return min(blocks, passes)
+    prompts, new, block = (_integer(path, f"settings.{name}", settings.get(name), 1)
+                           for name in ("num_prompts", "max_new_tokens", "block_size"))
+    return min(prompts * -(-new // block), passes)
+
+
+# A report is read as data, not trusted: every figure the projection uses is checked for its JSON type and range,
+# and an error names the file and the field (a report whose block size or op counts are negative projects nonsense).
+
+def _integer(path, field: str, value, low: int) -> int:
+    """A JSON integer >= low (not a bool, a string or NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{path}: {field} must be an integer >= {low}, got {_short(value)}")
+    return value
+
+
+def _integer_key(path, field: str, key, low: int) -> int:
+    """An object key that spells an integer >= low ("16")."""
+    try:
+        value = int(key)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or str(value) != str(key).strip() or value < low:
+        raise ValueError(f"{path}: {field} keys must be integers >= {low}, got {_short(key)}")
+    return value
+
+
+def _object(path, field: str, value) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: {field} must be a JSON object, got {_short(value)}")
+    return value
+
+
+def _ops(path, field: str, value) -> float:
+    """A finite op count >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{path}: {field} must be a finite number >= 0, got {_short(value)}")
+    return float(value)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _entry(method: str, budget: int, r: dict, settings: dict, source: str, standard: dict | None = None,
            rule: str = "one") -> Acceptance:
-    hist = {int(k): int(v) for k, v in r["commits_per_pass"].items()}
-    passes = sum(hist.values())
-    ops = [None if d is None or "dispatch_per_pass" not in d else float(d["dispatch_per_pass"]["decoder"]["ops"])
-           for d in (r, standard)]
-    baseline = None if rule == "one" or standard is None else \
-        sum(int(v) for v in standard["commits_per_pass"].values())
-    return Acceptance(method, int(budget), sum(k * v for k, v in hist.items()), passes, _blocks(settings, passes),
-                      int(settings["block_size"]), source, *ops, baseline)
+    where = f"methods.{method}"
+    passes, commits = _histogram(source, where, r)
+    ops = [None if d is None or "dispatch_per_pass" not in d else
+           _ops(source, f"{name}.dispatch_per_pass.decoder.ops",
+                _object(source, f"{name}.dispatch_per_pass.decoder",
+                        _object(source, f"{name}.dispatch_per_pass", d["dispatch_per_pass"]).get("decoder")).get("ops"))
+           for d, name in ((r, where), (standard, "methods.standard"))]
+    # with a commit rule the baseline is standard with it: its own passes (one commit per pass: the commits)
+    baseline = None if rule == "one" or standard is None else _histogram(source, "methods.standard", standard)[0]
+    return Acceptance(method, budget, commits, passes, _blocks(settings, passes, source),
+                      _integer(source, "settings.block_size", settings.get("block_size"), 1), source, *ops, baseline)
 
 
-def _rule_tables(data: dict, rule: str | None, path) -> tuple[str, dict]:
-    """(the rule, its {budget: {method: entry}}) of a `spot bench --json` report: `rule` of a `--rules` report
-    (by_rule; the only one when not given), else the report's own rule."""
+def _histogram(source, where: str, r) -> tuple[int, int]:
+    """(passes, commits) of an entry's commits_per_pass ({commits: (row, pass) count})."""
+    counts = _object(source, f"{where}.commits_per_pass", _object(source, where, r).get("commits_per_pass"))
+    hist = {_integer_key(source, f"{where}.commits_per_pass", k, 0):
+            _integer(source, f"{where}.commits_per_pass[{k!r}]", v, 0) for k, v in counts.items()}
+    passes, commits = sum(hist.values()), sum(k * v for k, v in hist.items())
+    if passes < 1 or commits < 1:
+        raise ValueError(f"{source}: {where}.commits_per_pass holds no pass that committed anything")
+    return passes, commits
+
+
+def _rule_tables(data: dict, rule: str | None, path) -> tuple[str, dict, dict]:
+    """(the rule, its {budget: {method: entry}}, its {method: entry} at the first budget) of a `spot bench --json`
+    report: `rule` of a `--rules` report (by_rule; the only one when not given), else the report's own rule."""
     settings = data.get("settings", {})
     if "by_rule" in data:
+        by_rule = _object(path, "by_rule", data["by_rule"])
         if rule is None:
-            if len(data["by_rule"]) > 1:
-                raise ValueError(f"{path}: holds the rules {list(data['by_rule'])}; pick one with --rule")
-            rule = next(iter(data["by_rule"]))
-        if rule not in data["by_rule"]:
-            raise ValueError(f"{path}: no rule {rule!r}; it holds {list(data['by_rule'])}")
-        entry = data["by_rule"][rule]
-        return rule, entry.get("by_budget") or {str(settings["budget"]): entry["methods"]}
-    own = str(settings.get("rule", "one"))
-    if rule is not None and rule != own:
-        raise ValueError(f"{path}: a report of rule {own!r}, not {rule!r}")
-    return own, data.get("by_budget") or {str(settings["budget"]): data["methods"]}
+            if len(by_rule) != 1:
+                raise ValueError(f"{path}: holds the rules {list(by_rule)}; pick one with --rule")
+            rule = next(iter(by_rule))
+        if rule not in by_rule:
+            raise ValueError(f"{path}: no rule {rule!r}; it holds {list(by_rule)}")
+        entry = _object(path, f"by_rule[{rule!r}]", by_rule[rule])
+        where = f"by_rule[{rule!r}].methods"
+    else:
+        own = settings.get("rule", "one")
+        if rule is not None and rule != own:
+            raise ValueError(f"{path}: a report of rule {own!r}, not {rule!r}")
+        rule, entry, where = own, data, "methods"
+    methods = _object(path, where, entry.get("methods"))
+    tables = entry.get("by_budget") or {str(_integer(path, "settings.budget", settings.get("budget"), 1)): methods}
+    return str(rule), tables, methods
 
 
 def load_acceptance(paths, rule: str | None = None) -> list[Acceptance]:
@@ -213,27 +273,38 @@ def load_acceptance(paths, rule: str | None = None) -> list[Acceptance]:
     Accepted: a `spot bench --json` report (its methods at settings.budget, or at every budget of `--budgets`,
     `by_budget`; of a `--rules` report, those of `rule`), or a `bench/budget_curve.py --json` file (commits =
     standard's passes, one commit each). With a commit rule the baseline is `standard` with that rule (its passes,
-    Acceptance.standard_passes). A (method, budget) found in several files is taken from the last.
+    Acceptance.standard_passes). A (method, budget) found in several files is taken from the last. Each file is
+    read under spot.files' input-file rule (a regular file under a size cap, never waited on) and every figure used
+    is checked (JSON types and ranges); errors name the file and the field.
     """
     found: dict[tuple[str, int], Acceptance] = {}
     for path in paths:
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
+            data = read_json(path)
+        except OSError as e:
             raise ValueError(f"{path}: cannot read a benchmark JSON ({e})") from None
-        settings, src = data.get("settings", {}), str(path)
+        settings, src = _object(path, "settings", data.get("settings", {})), str(path)
         if "runs" in data and "standard_passes" in data:  # bench/budget_curve.py
-            for r in data["runs"]:
-                a = Acceptance(r["method"], int(r["budget"]), int(data["standard_passes"]), int(r["target_passes"]),
-                               _blocks(settings, int(r["target_passes"])), int(settings["block_size"]), src)
+            standard = _integer(src, "standard_passes", data["standard_passes"], 1)
+            runs = data["runs"]
+            if not isinstance(runs, list):
+                raise ValueError(f"{src}: runs must be a JSON list, got {_short(runs)}")
+            for i, r in enumerate(runs):
+                r = _object(src, f"runs[{i}]", r)
+                passes = _integer(src, f"runs[{i}].target_passes", r.get("target_passes"), 1)
+                a = Acceptance(_name(src, f"runs[{i}].method", r.get("method")),
+                               _integer(src, f"runs[{i}].budget", r.get("budget"), 1), standard, passes,
+                               _blocks(settings, passes, src),
+                               _integer(src, "settings.block_size", settings.get("block_size"), 1), src)
                 found[a.method, a.budget] = a
         elif "methods" in data:
-            own, tables = _rule_tables(data, rule, path)
-            standard = (data["by_rule"][own]["methods"] if "by_rule" in data else data["methods"]).get("standard")
-            for budget, methods in tables.items():
-                for method, r in methods.items():
+            own, tables, methods = _rule_tables(data, rule, src)
+            for budget, table in _object(src, "by_budget", tables).items():
+                budget = _integer_key(src, "by_budget", budget, 1)
+                for method, r in _object(src, f"by_budget[{budget}]", table).items():
                     if method != "standard":
-                        found[method, int(budget)] = _entry(method, budget, r, settings, src, standard, own)
+                        found[method, budget] = _entry(method, budget, r, settings, src, methods.get("standard"),
+                                                       own)
         else:
             raise ValueError(f"{path}: neither a `spot bench --json` report nor a budget_curve.py JSON")
     if not found:
@@ -242,6 +313,12 @@ def load_acceptance(paths, rule: str | None = None) -> list[Acceptance]:
     if len(sizes) > 1:
         raise ValueError(f"the JSON files mix block sizes {sorted(sizes)}: project one block size at a time")
     return sorted(found.values(), key=lambda a: (a.method, a.budget))
+
+
+def _name(path, field: str, value) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{path}: {field} must be a method name, got {_short(value)}")
+    return value
 
 
 # ------------------------------------------------------------------------------------------- projection
@@ -395,7 +472,7 @@ def plot(rows_by_shape: dict[str, list[dict]], path, title: str) -> None:
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(check_output_path(path))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
 
 
@@ -480,16 +557,32 @@ def measure_pass_curve(shape: Shape, nodes=(1, 2, 4, 8, 16, 32, 64), block: int 
 
 
 def measured_curve(path, shape: Shape | None = None, block: int | None = None) -> tuple[dict, dict[int, float]]:
-    """The pass-time curve bench/gpu_bench.py wrote (its "pass_curve"), as {nodes: seconds}, and its settings."""
+    """The pass-time curve bench/gpu_bench.py wrote (its "pass_curve"), as {nodes: seconds}, and its settings; read
+    and checked as `load_acceptance` reads a report (errors name the file and the field)."""
+    where = f"--measured {path}"
     try:
-        data = json.loads(Path(path).read_text())
+        data = read_json(path)
     except (OSError, ValueError) as e:
-        raise ValueError(f"--measured {path}: cannot read it ({e})") from None
+        raise ValueError(f"--measured {e}") from None
     curve = data.get("pass_curve")
-    if not curve or not curve.get("points"):
-        raise ValueError(f"--measured {path}: holds no pass_curve points (bench/gpu_bench.py writes them on a GPU)")
+    if not curve or not isinstance(curve, dict) or not curve.get("points"):
+        raise ValueError(f"{where}: holds no pass_curve points (bench/gpu_bench.py writes them on a GPU)")
+    if not isinstance(curve["points"], list):
+        raise ValueError(f"{where}: pass_curve.points must be a JSON list, got {_short(curve['points'])}")
+    if curve.get("shape") not in SHAPES:
+        raise ValueError(f"{where}: pass_curve.shape must be one of {','.join(SHAPES)}, got "
+                         f"{_short(curve.get('shape'))}")
+    for name, low in (("block", 1), ("prefix", 0), ("batch", 1), ("layers_measured", 1)):
+        _integer(where, f"pass_curve.{name}", curve.get(name), low)
     if shape is not None and curve["shape"] != shape.name:
-        raise ValueError(f"--measured {path}: measured shape {curve['shape']}, not {shape.name}")
+        raise ValueError(f"{where}: measured shape {curve['shape']}, not {shape.name}")
     if block is not None and curve["block"] != block:
-        raise ValueError(f"--measured {path}: measured at B = {curve['block']}, the benchmark ran B = {block}")
-    return curve, {int(p["nodes"]): p["pass_ms"] / 1e3 for p in curve["points"]}
+        raise ValueError(f"{where}: measured at B = {curve['block']}, the benchmark ran B = {block}")
+    seconds = {}
+    for i, point in enumerate(curve["points"]):
+        point = _object(where, f"pass_curve.points[{i}]", point)
+        ms = _ops(where, f"pass_curve.points[{i}].pass_ms", point.get("pass_ms"))
+        if ms <= 0:
+            raise ValueError(f"{where}: pass_curve.points[{i}].pass_ms must be > 0, got {ms!r}")
+        seconds[_integer(where, f"pass_curve.points[{i}].nodes", point.get("nodes"), 1)] = ms / 1e3
+    return curve, seconds

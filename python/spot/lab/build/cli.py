@@ -43,16 +43,22 @@ def _floats(text: str, flag: str = "") -> list[float]:
     return values
 
 
-def _output(path, a, flag: str = "--out") -> Path:
-    """`path`, checked before the step runs as every write will be (`spot.loading.check_output_path`): refused when
-    it lies inside the installed package and --overwrite-shipped was not given."""
-    from ...loading import check_output_path, overwriting_shipped
+def _output(path, a, flag: str = "--out", file: bool = False) -> Path:
+    """`path`, checked before the step runs as every write will be (spot.files' output-path rule,
+    `check_output_path`): refused when it lies inside the installed package and --overwrite-shipped was not given,
+    when it is a device node, FIFO or socket, and when it is a folder where the step writes a `file` or a file
+    where it writes a folder."""
+    from ...files import check_output_path, overwriting_shipped, path_kind
 
     with overwriting_shipped(a.overwrite_shipped):
         try:
-            return check_output_path(path)
+            checked = check_output_path(path)
+            kind = path_kind(checked)
         except ValueError as e:
             raise SystemExit(f"{flag}: {e}") from None
+    if kind == ("folder" if file else "regular file"):
+        raise SystemExit(f"{flag}: {path}: is a {kind}, not a {'file' if file else 'folder'}")
+    return checked
 
 
 def _check(a, rules: dict) -> None:
@@ -105,7 +111,7 @@ def cmd_tokenizer(a) -> int:
     from ...tokenizer import load_tokenizer
     from .tokenizer import encode_documents, train_tokenizer
 
-    out = _output(a.out, a)
+    out = _output(a.out, a, file=True)
     _check(a, {"vocab_size": ("int", 8), "min_frequency": ("int", 1)})
     if a.encode_only:
         tok = load_tokenizer(out)
@@ -129,7 +135,7 @@ def cmd_prompts(a) -> int:
     from .prompts import write_prompts
 
     _check(a, {"count": ("int", 1)})
-    n = write_prompts(a.corpus, _output(a.out, a), a.count)
+    n = write_prompts(a.corpus, _output(a.out, a, file=True), a.count)
     print(f"wrote {n} prompts to {a.out}")
     return 0
 
@@ -273,7 +279,7 @@ def cmd_tune(a) -> int:
     from ...tree import WIDTH
     from .tune import MIN_GAIN, save_tuning, tune
 
-    out = _output(a.out, a)
+    out = _output(a.out, a, file=True)
     _check(a, {"num_prompts": ("int", 1), "max_new_tokens": ("int", 1), "width": ("int", 1), "branch": ("int", 1),
                "min_gain": ("float", None)})
     block_sizes, temperatures = _ints(a.block_sizes, "--block-sizes"), _floats(a.temperatures, "--temperatures")

@@ -13,6 +13,7 @@ import torch
 
 from ...budgets import device_key, predicted_rate, temperature_key
 from ...decode import generate
+from ...files import read_json
 from ...loading import atomic_write_text, check_output_path
 from ...settings import TreeSettings
 from ...tree import WIDTH, tree_branch
@@ -103,7 +104,7 @@ def save_tuning(result: dict, device, block_size: int, path, temperature: float 
     """Add this device, block size and temperature's result to the budgets table at `path` (written atomically).
     An entry of the older format (no temperature) for this block size is replaced."""
     path = Path(path)
-    table = json.loads(path.read_text()) if path.is_file() else {}
+    table = read_json(path) if path.is_file() else {}  # the input-file rule: a JSON object under a cap
     per_block = table.setdefault(device_key(device), {})
     entry = per_block.get(str(block_size))
     if not entry or "temperature" not in entry:
