@@ -12,6 +12,12 @@ torch.set_num_threads(1)
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# torch.compile's inductor cache under the checkout's .cache/ (git-ignored), not the machine-wide /tmp one: a cache
+# that other processes write at the same time, or that another torch build left behind, crashed inductor's
+# compile here (a segfault in test_the_round_compiles_with_inductor); a clean clone starts with an empty one.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), ".cache", "torchinductor"))
+
 
 @pytest.fixture(scope="session")
 def cuda_emulation():

@@ -60,12 +60,13 @@ def test_static_round_is_exact_in_the_same_passes(target, method, temperature, b
     assert torch.equal(static.orders, ref.orders) and torch.equal(host.orders, ref.orders)
 
 
-@pytest.mark.parametrize("method", ["standard", "spot"])
-def test_the_static_round_syncs_once_per_pass_outside_the_target(target, method):
+@pytest.mark.parametrize("method,rule", [("standard", "one"), ("spot", "one"), ("standard", "threshold:0.15,steps:4"),
+                                         ("spot", "threshold:0.15,steps:4"), ("spot", "dream:8")])
+def test_the_static_round_syncs_once_per_pass_outside_the_target(target, method, rule):
     """Outside the target's forward a pass makes one host sync (the loop's: which blocks are complete), none of
-    them inside the round (draft, score, verify, stale features)."""
+    them inside the round (draft, score, verify, stale features), with one commit per step or a commit rule."""
     kw = dict(max_new_tokens=16, block_size=8, temperature=1.0, tree=spot.TreeSettings(budget=6, static=True),
-              batching=spot.Batching(max_batch=2))
+              batching=spot.Batching(max_batch=2), rule=rule)
     extra = {"drafter": LearnedDrafter(small_model(2))} if method == "spot" else {}
     spot.generate(target, PROMPTS, method, **extra, **kw)
     with DispatchCounter() as counter:
@@ -99,8 +100,20 @@ class _Graphs:
 @pytest.mark.parametrize("block_size,budget,batch", [(16, 16, 4), (32, 4, 1)])
 def test_the_compiled_round_has_no_graph_break_and_the_eager_tokens(target, method, temperature, block_size,
                                                                     budget, batch):
+    _compiled_equals_eager(target, method, temperature, block_size, budget, batch, "one")
+
+
+@pytest.mark.parametrize("rule,temperature,block_size,budget,batch", [
+    ("threshold:0.15,steps:4", 0.7, 16, 16, 4), ("steps:8", 0.0, 32, 4, 1), ("dream:8,alg:entropy", 1.0, 16, 8, 2)])
+def test_the_compiled_round_over_a_commit_rule(target, rule, temperature, block_size, budget, batch):
+    """A commit rule's round (commit_rule, expand_steps, verify_steps) traces whole too, with eager's tokens."""
+    _compiled_equals_eager(target, "spot", temperature, block_size, budget, batch, rule)
+
+
+def _compiled_equals_eager(target, method, temperature, block_size, budget, batch, rule):
     torch._dynamo.reset()
-    kw = dict(max_new_tokens=block_size, block_size=block_size, temperature=temperature, seed=1, eos_id=None)
+    kw = dict(max_new_tokens=block_size, block_size=block_size, temperature=temperature, seed=1, eos_id=None,
+              rule=rule)
     extra = {"drafter": LearnedDrafter(small_model(3))} if method == "spot" else {}
     eager = spot.generate(target, PROMPTS[:batch], method, tree=spot.TreeSettings(budget, static=True), **extra, **kw)
     graphs = _Graphs()
