@@ -50,7 +50,7 @@ fi
 tail -3 "$OUT/install.log"
 grep -E "spot-kernels: building" "$OUT/install.log" || true
 echo "install: ${STATUS[install]}"
-$PY -c "import spot_kernels as s, torch; print('extension', s.HAS_C_EXTENSION, 'cuda kernels', bool(s.HAS_C_EXTENSION and s._C.WITH_CUDA)); print({op: s.available_backends(op, 'cuda') for op in ('score', 'verify_tree', 'tree_attention', 'expand_frontier', 'order_logits')})"
+$PY -c "import spot_kernels as s, torch; print('extension', s.HAS_C_EXTENSION, 'cuda kernels', bool(s.HAS_C_EXTENSION and s._C.WITH_CUDA)); print({op: s.available_backends(op, 'cuda') for op in ('score', 'verify_tree', 'tree_attention', 'expand_frontier', 'order_logits', 'commit_rule', 'verify_steps', 'expand_steps')})"
 
 HAVE_PYTEST=1
 $PY -c "import pytest" 2>/dev/null || { HAVE_PYTEST=0; echo "pytest is not installed here: no tests can run"; }
@@ -76,9 +76,9 @@ T=$(budget 200 40)
 timeout $((T + 20)) $PY bench/gpu_bench.py --json "$OUT/gpu_bench.json" --budget "$T"
 STATUS[gpu_bench]="exit $?"
 
-step "CUDA graphs: the static round alone and with the embedded forward inside (replay == eager bit for bit, us per round), generate with compile=cudagraphs (bench/round_gpu.py)"
+step "CUDA graphs: the static round alone and with the embedded forward inside (replay == eager bit for bit, us per round), generate with compile=cudagraphs, one commit per step and two commit rules (bench/round_gpu.py)"
 T=$(budget 150 30)
-timeout "$T" $PY bench/round_gpu.py --json "$OUT/round_gpu.json" --rows 1,32 --budgets 4,16
+timeout "$T" $PY bench/round_gpu.py --json "$OUT/round_gpu.json" --rows 1,32 --budgets 4,16 --rules "one;steps:16;threshold:0.9"
 STATUS[round_capture]="exit $? (1 = a replay differed from eager; 124 = ran out of its ${T}s)"
 
 step "projection beside the measured pass-time curve (spot project --measured)"

@@ -28,17 +28,19 @@ import spot
 from spot.lab.bench import check_writable, write_json
 from spot.model import Append, Kernels
 from spot.round import RoundConfig, draft, settle
+from spot.rules import parse_rule
 from spot.target import ModelSession
 
 
-def round_inputs(target, drafter, rows: int, budget: int, block_size: int, temperature: float):
+def round_inputs(target, drafter, rows: int, budget: int, block_size: int, temperature: float, rule: str = "one"):
     """(cfg, block, step, noise rows, block_start, stale, logits, session): the state before a block's second pass,
     the logits of that pass's static tree, and the session (capturable kernels) whose cache holds the prefix."""
     dev = target.device
     prompt = target.tokenizer.encode("def add(a, b):\n")
     session = ModelSession(target, [prompt] * rows, block_size, block_size, Kernels(target.kernels, capturable=True))
+    rule = parse_rule(rule)
     cfg = RoundConfig(target.mask_id, 0, temperature, budget=budget, branch=spot.tree.tree_branch(drafter),
-                      eos_id=None, static=True)
+                      eos_id=None, static=True, rule=None if rule.is_one else rule.tables(block_size, dev))
     noise_rows = torch.arange(rows, device=dev)
     block = torch.full((rows, block_size), target.mask_id, dtype=torch.long, device=dev)
     step = torch.zeros(rows, dtype=torch.long, device=dev)
@@ -95,9 +97,10 @@ def _median_us(fn, device, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def check_bucket(target, drafter, rows: int, budget: int, block_size: int, temperature: float, repeats: int) -> dict:
+def check_bucket(target, drafter, rows: int, budget: int, block_size: int, temperature: float, repeats: int,
+                 rule: str = "one") -> dict:
     cfg, block, step, noise_rows, block_start, stale, logits, session = round_inputs(target, drafter, rows, budget,
-                                                                                     block_size, temperature)
+                                                                                     block_size, temperature, rule)
     dev = block.device
     args = (cfg, drafter, block, step, noise_rows, block_start, stale, logits)
     eager = one_round(*args)
@@ -106,7 +109,7 @@ def check_bucket(target, drafter, rows: int, budget: int, block_size: int, tempe
         return whole_pass(cfg, drafter, session, block, step, noise_rows, block_start, stale_now)
 
     whole_eager = whole(dataclasses.replace(stale))
-    entry = {"rows": rows, "budget": budget, "block_size": block_size, "temperature": temperature,
+    entry = {"rows": rows, "budget": budget, "block_size": block_size, "temperature": temperature, "rule": rule,
              "cache_capacity": session.cache.capacity,
              "whole_pass_equals_round": all(torch.equal(a, b) for a, b in zip(whole_eager, eager)),
              "eager_us": _median_us(lambda: one_round(*args), dev, repeats),
@@ -130,13 +133,15 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def check_generate(target, drafter, temperature: float, budget: int, block_size: int) -> dict:
+def check_generate(target, drafter, temperature: float, budget: int, block_size: int, rule: str = "one") -> dict:
     """`generate` with the round compiled through the "cudagraphs" backend (each bucket captured in a CUDA graph,
     the embedded forward inside for passes that append nothing) against the eager static round: same tokens and
     passes, and the wall clock of each (the second of two runs: the first captures)."""
     prompts = [target.tokenizer.encode(p) for p in ("def add(a, b):\n", "import os\n")]
-    kw = dict(drafter=drafter, max_new_tokens=4 * block_size, block_size=block_size, temperature=temperature)
-    entry = {"check": "generate", "temperature": temperature, "budget": budget, "block_size": block_size}
+    kw = dict(drafter=drafter, max_new_tokens=4 * block_size, block_size=block_size, temperature=temperature,
+              rule=rule)
+    entry = {"check": "generate", "temperature": temperature, "budget": budget, "block_size": block_size,
+             "rule": rule}
     runs = {}
     for name, tree in (("eager", spot.TreeSettings(budget, static=True)),
                        ("cudagraphs", spot.TreeSettings(budget, compile="cudagraphs"))):
@@ -164,6 +169,8 @@ def main(argv=None) -> int:
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--temperatures", default="0,1")
     p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--rules", default="one", help="commit rules, semicolon-separated (docs/rules.md): each bucket "
+                   "and the generate check run once per rule")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     if a.json:
@@ -171,18 +178,21 @@ def main(argv=None) -> int:
     target = spot.load_target(device=a.device)
     drafter = spot.load_drafter(device=a.device)
     report = []
+    rules = [r.strip() for r in a.rules.split(";") if r.strip()]
     with torch.no_grad():
-        for t in (float(x) for x in a.temperatures.split(",")):
-            for rows in (int(x) for x in a.rows.split(",")):
-                for budget in (int(x) for x in a.budgets.split(",")):
-                    entry = check_bucket(target, drafter, rows, budget, a.block_size, t, a.repeats)
+        for rule in rules:
+            for t in (float(x) for x in a.temperatures.split(",")):
+                for rows in (int(x) for x in a.rows.split(",")):
+                    for budget in (int(x) for x in a.budgets.split(",")):
+                        entry = check_bucket(target, drafter, rows, budget, a.block_size, t, a.repeats, rule)
+                        print(json.dumps(entry))
+                        report.append(entry)
+        if target.device.type == "cuda":
+            for rule in rules:
+                for t in (float(x) for x in a.temperatures.split(",")):
+                    entry = check_generate(target, drafter, t, 16, a.block_size, rule)
                     print(json.dumps(entry))
                     report.append(entry)
-        if target.device.type == "cuda":
-            for t in (float(x) for x in a.temperatures.split(",")):
-                entry = check_generate(target, drafter, t, 16, a.block_size)
-                print(json.dumps(entry))
-                report.append(entry)
     if a.json:
         write_json({"device": a.device, "buckets": report}, a.json)
     checks = ("whole_pass_equals_round", "replay_bit_identical", "whole_pass_replay_bit_identical", "tokens_equal")

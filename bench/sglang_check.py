@@ -5,13 +5,14 @@ and forward rounds.
   python bench/sglang_check.py --json out.json [--budget SECONDS]
 
 Needs SGLang with its CUDA kernel packages, a GPU, and this project installed (the entry point registers Spot).
-Four engines, one after the other, the same prompts and request ids:
+Six engines, one after the other, the same prompts and request ids:
   1. LowConfidence, threshold 1.0 (no confidence exceeds it: its top-1 fallback commits one position per
      forward), T = 0;
   2. Spot with the confidence drafter, T = 0; and again at T = 1;
-  3. Spot with drafter "none" (the root alone: one commit per forward, the project's `standard`), T = 1.
+  3. Spot with drafter "none" (the root alone: one commit per forward, the project's `standard`), T = 1;
+  4. LowConfidence at its default threshold 0.95, T = 0, and Spot speculating that rule (`rule: threshold:0.95`).
 Claims checked: tokens(1) == tokens(2, T=0); tokens(2, T=1) == tokens(3, T=1); forwards(2) < forwards(1) and
-forwards(2, T=1) < forwards(3). Forwards are counted by the plug-in's SPOT_SGLANG_FORWARD_LOG (one line per dLLM
+forwards(2, T=1) < forwards(3); tokens and fewer forwards of Spot's rule against LowConfidence 0.95. Forwards are counted by the plug-in's SPOT_SGLANG_FORWARD_LOG (one line per dLLM
 round of the scheduler, for any algorithm). The model is float32 with sharpened output weights, so ties between
 candidates are far apart. Nothing here has run yet: no GPU with SGLang has been lent to the project.
 """
@@ -91,7 +92,10 @@ def main() -> int:
         runs = {"low_confidence_T0": ("LowConfidence", {"threshold": 1.0}, 0.0),
                 "spot_T0": ("Spot", {"budget": 8}, 0.0),
                 "spot_T1": ("Spot", {"budget": 8}, 1.0),
-                "standard_T1": ("Spot", {"drafter": "none"}, 1.0)}
+                "standard_T1": ("Spot", {"drafter": "none"}, 1.0),
+                # SGLang's LowConfidence at its default threshold, and Spot speculating that rule
+                "low_confidence_095_T0": ("LowConfidence", {"threshold": 0.95}, 0.0),
+                "spot_rule_095_T0": ("Spot", {"budget": 8, "rule": "threshold:0.95"}, 0.0)}
         for name, (algorithm, config, temperature) in runs.items():
             if time.time() - t0 > args.budget:
                 result["errors"].append(f"{name}: not started, budget spent")
@@ -109,6 +113,11 @@ def main() -> int:
             r["spot_T0"]["forwards"] < r["low_confidence_T0"]["forwards"]
         result["claims"]["forward_ratio_vs_low_confidence_T0"] = r["spot_T0"]["forwards"] / \
             max(r["low_confidence_T0"]["forwards"], 1)
+    if "low_confidence_095_T0" in r and "spot_rule_095_T0" in r:
+        low, spot = r["low_confidence_095_T0"], r["spot_rule_095_T0"]
+        result["claims"]["tokens_equal_low_confidence_095_T0"] = spot["tokens"] == low["tokens"]
+        result["claims"]["fewer_forwards_than_low_confidence_095_T0"] = spot["forwards"] < low["forwards"]
+        result["claims"]["forward_ratio_vs_low_confidence_095_T0"] = spot["forwards"] / max(low["forwards"], 1)
     if "spot_T1" in r and "standard_T1" in r:
         result["claims"]["tokens_equal_standard_T1"] = r["spot_T1"]["tokens"] == r["standard_T1"]["tokens"]
         result["claims"]["fewer_forwards_than_standard_T1"] = r["spot_T1"]["forwards"] < r["standard_T1"]["forwards"]
