@@ -14,7 +14,8 @@ Six engines, one after the other, the same prompts and request ids:
 Claims checked: tokens(1) == tokens(2, T=0); tokens(2, T=1) == tokens(3, T=1); forwards(2) < forwards(1) and
 forwards(2, T=1) < forwards(3); tokens and fewer forwards of Spot's rule against LowConfidence 0.95. Forwards are
 counted by the plug-in's SPOT_SGLANG_FORWARD_LOG (one line per dLLM round of the scheduler, for any algorithm). The
-model is float32 with sharpened output weights, so ties between candidates are far apart. Nothing here has run yet: no GPU with SGLang has been lent to the project.
+model is float32 with sharpened output weights, so ties between candidates are far apart. Nothing here has run yet: no
+GPU with SGLang has been lent to the project.
 """
 
 from __future__ import annotations
