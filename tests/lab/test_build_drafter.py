@@ -196,6 +196,31 @@ def _collect(target, out_dir):
                    batch_size=2, seed=3, top_k=8, progress=False)
 
 
+def test_collect_a_commit_rule(tmp_path):
+    """`collect(rule=...)`: a block's passes are the rule's steps (fewer than B, padded), `step_of` the step that
+    committed each position, and a training example's label is its step's most confident committed position."""
+    target = spot.load_target("random", config=COLLECT_CFG, dtype="float64", seed=1)
+    (path,) = collect(target, COLLECT_PROMPTS, tmp_path, block_sizes=(4,), temperatures=(1.0,), max_new_tokens=8,
+                      batch_size=2, seed=3, top_k=8, progress=False, rule="steps:2")
+    assert path.name == "traj-B4-T1-steps_2.safetensors"
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata()["rule"] == "steps:2"
+        s = {k: f.get_tensor(k) for k in f.keys()}
+    ref = spot.generate(target, COLLECT_PROMPTS, "standard", max_new_tokens=8, block_size=4, temperature=1.0, seed=3,
+                        eos_id=None, top_k=8, rows=[0, 1, 2], rule="steps:2")
+    assert torch.equal(s["order"].long(), ref.orders.flatten(0, 1))
+    assert s["steps"].tolist() == [2] * 6
+    assert sorted(s["step_of"][0].tolist()) == [0, 0, 1, 1]
+    assert not s["masked"][:, 2:].any()  # the padding steps
+    data = Trajectories.load(path, heldout_every=2)
+    _, labels = data.examples_at_depth(0)  # stale step 0, node = the state after step 0: step 1's set
+    blocks = data.heldout_blocks
+    for b, label in zip(blocks.tolist(), labels.tolist()):
+        step1 = [j for j in range(4) if s["step_of"][b, j] == 1]
+        conf = s["confidence"][b, 1]
+        assert label in step1 and conf[label] == max(conf[j] for j in step1)
+
+
 def test_collect_shards(tmp_path):
     """Shapes/dtypes as documented; orders are those of plain standard decoding with rows = prompt index; the
     stored masks, confidences and tokens are those of each pass; the shard loads as training data."""
@@ -212,7 +237,7 @@ def test_collect_shards(tmp_path):
                   "tokens": ((n, B, B), torch.int16), "confidence": ((n, B, B), torch.float32),
                   "masked": ((n, B, B), torch.bool), "order": ((n, B), torch.int32),
                   "prompt": ((n,), torch.int32), "block_index": ((n,), torch.int32),
-                  "block_start": ((n,), torch.int64)}
+                  "block_start": ((n,), torch.int64), "steps": ((n,), torch.int32), "step_of": ((n, B), torch.int32)}
         assert set(s) == set(shapes)
         for k, (shape, dtype) in shapes.items():
             assert tuple(s[k].shape) == shape and s[k].dtype == dtype, k
@@ -222,6 +247,8 @@ def test_collect_shards(tmp_path):
                             seed=3, eos_id=None, top_k=K, rows=[0, 1, 2])
         assert torch.equal(s["order"].long(), ref.orders.flatten(0, 1))
         order = s["order"].long()
+        assert s["steps"].tolist() == [B] * n  # one commit per step: step k commits order[k]
+        assert torch.equal(s["step_of"].long().gather(1, order), torch.arange(B).expand(n, B))
         for b in range(n):
             assert sorted(order[b].tolist()) == list(range(B))
             generated = ref.tokens[b // 2][B * (b % 2):B * (b % 2 + 1)]

@@ -193,13 +193,13 @@ def cmd_collect(a) -> int:
         raise SystemExit(f"collect: no training prompts in {a.prompts_file or a.corpus}")
     try:
         check_collect_args(target, prompts, block_sizes, temperatures, a.max_new_tokens, a.batch_size, a.seed, 32,
-                           first_row)
+                           first_row, a.rule)
     except (TypeError, ValueError) as e:
         raise SystemExit(f"collect: {e}") from None
     print(f"collect: {len(prompts)} training prompts (rows from {first_row}) -> {out}")
     paths = collect(target, prompts, out, block_sizes=block_sizes, temperatures=temperatures,
                     max_new_tokens=a.max_new_tokens, batch_size=a.batch_size, seed=a.seed, first_row=first_row,
-                    progress=not a.quiet)
+                    progress=not a.quiet, rule=a.rule)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
@@ -386,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--temperatures", default="0,1")
     s.add_argument("--max-new-tokens", type=int, default=256)
     s.add_argument("--batch-size", type=int, default=16)
+    s.add_argument("--rule", default="one", help="the commit rule standard follows (docs/rules.md): the trajectories "
+                   "are its steps, the shards named after it (traj-B{B}-T{T}-{rule})")
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(func=cmd_collect)
 

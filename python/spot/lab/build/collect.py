@@ -13,7 +13,10 @@ with
   topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past
   32768 tokens), tokens int16 (or int32) [blocks, B, B],
   confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int32 [blocks, B] (positions in commit
-  order; int8 in shards of blocks up to 64 written before), prompt int32 [blocks] (index of the prompt = its
+  order; int8 in shards of blocks up to 64 written before), steps int32 [blocks] and step_of int32 [blocks, B] (the
+  passes of each block and the step that committed each position: with a commit rule, `spot build collect --rule`,
+  a block takes fewer than B steps, each committing a set; its passes are padded to B with steps holding no masked
+  position; absent in shards written before, where every step commits one position), prompt int32 [blocks] (index of the prompt = its
   noise row), block_index int32 [blocks], block_start int64 [blocks] (absolute position of the block's first
   token: with the seed in the metadata, the coordinates of the coupled noise, docs/design.md §2.3).
 """
@@ -27,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from ...decode import _check_args, generate
+from ...decode import _check_args, generate, resolve_rule
 from ...loading import atomic_write
 from ...settings import Batching, TreeSettings
 
@@ -38,42 +41,65 @@ ORDER_DTYPE = torch.int32
 
 
 class TrajectoryRecorder:
-    """An `on_pass` hook for `spot.generate(method="standard")` that stores every pass's stale features."""
+    """An `on_pass` hook for `spot.generate(method="standard")` that stores every pass's stale features, row by
+    row: each (prompt, block) keeps its passes in order, so rows may advance at their own pace (a commit rule's
+    steps differ from row to row)."""
 
     def __init__(self, batch: int, block_size: int):
         self.batch, self.B = batch, block_size
-        self.blocks: dict[int, list] = {}
-        self.starts: dict[int, torch.Tensor] = {}
+        self.passes: dict[tuple[int, int], list] = {}  # (prompt in the batch, block) -> its passes' features
+        self.starts: dict[tuple[int, int], torch.Tensor] = {}
 
     def __call__(self, block_index, step, stale):
-        if not bool((step == step[0]).all()) or not bool((block_index == block_index[0]).all()):
-            raise RuntimeError("trajectories need lock-step standard decoding")
-        blk = int(block_index[0])
-        self.blocks.setdefault(blk, []).append(stale)
-        self.starts[blk] = stale.block_start
+        rows = stale.sequence if stale.sequence is not None else torch.arange(len(step))
+        open_ = stale.masked.any(1).tolist()  # a row riding along with a complete block (lock-step) took no step
+        for i, (prompt, blk, k) in enumerate(zip(rows.tolist(), block_index.tolist(), step.tolist())):
+            if not open_[i]:
+                continue
+            passes = self.passes.setdefault((prompt, blk), [])
+            if k != len(passes):
+                raise RuntimeError(f"trajectories: prompt {prompt} block {blk} at step {k} after {len(passes)} passes")
+            passes.append({name: getattr(stale, name)[i] for name in STALE})
+            self.starts[(prompt, blk)] = stale.block_start[i]
 
     def tensors(self, orders: torch.Tensor, first_prompt: int, vocab_size: int) -> dict[str, torch.Tensor]:
-        """Stack complete blocks: [batch * blocks, B steps, B, ...]. Token ids are int16 when the vocabulary fits,
-        else int32 (a 151,936-token Qwen vocabulary)."""
+        """Stack complete blocks: [batch * blocks, B steps, B, ...], a block's passes padded to B steps (a commit
+        rule takes fewer: `steps` per block; padding steps hold no masked position). Token ids are int16 when the
+        vocabulary fits, else int32 (a 151,936-token Qwen vocabulary). `step_of` [blocks, B]: the step that
+        committed each position (one commit per step: its place in `order`)."""
         ids = torch.int16 if vocab_size <= 2**15 else torch.int32
-        done = [blk for blk, passes in sorted(self.blocks.items()) if len(passes) == self.B]
+        n_blocks = orders.shape[1]
+        keys = [(p, blk) for p in range(self.batch) for blk in range(n_blocks)
+                if (p, blk) in self.passes and bool((orders[p, blk] >= 0).all())]
+        pad = {"topk_probs": 0.0, "topk_ids": -1, "tokens": -1, "confidence": float("nan"), "masked": False}
 
         def stack(name, dtype):
-            per_block = [torch.stack([getattr(s, name) for s in self.blocks[blk]], 1) for blk in done]
-            return torch.stack(per_block, 1).flatten(0, 1).to(dtype).cpu()  # [batch * blocks, B, B, ...]
+            out = []
+            for key in keys:
+                x = torch.stack([row[name] for row in self.passes[key]])  # [steps, B, ...]
+                if len(x) < self.B:
+                    x = torch.cat((x, x.new_full((self.B - len(x),) + tuple(x.shape[1:]), pad[name])))
+                out.append(x)
+            return torch.stack(out).to(dtype).cpu()
 
-        b = self.batch
+        masked = stack("masked", torch.bool)
         return {
             "topk_probs": stack("topk_probs", torch.float16),
             "topk_ids": stack("topk_ids", ids),
             "tokens": stack("tokens", ids),
             "confidence": stack("confidence", torch.float32),
-            "masked": stack("masked", torch.bool),
-            "order": orders[:, done].flatten(0, 1).to(ORDER_DTYPE).cpu(),
-            "prompt": (first_prompt + torch.arange(b, dtype=torch.int32)).repeat_interleave(len(done)),
-            "block_index": torch.tensor(done, dtype=torch.int32).repeat(b),
-            "block_start": torch.stack([self.starts[blk] for blk in done], 1).flatten().to(torch.int64).cpu(),
+            "masked": masked,
+            "order": torch.stack([orders[p, blk] for p, blk in keys]).to(ORDER_DTYPE).cpu(),
+            "steps": torch.tensor([len(self.passes[key]) for key in keys], dtype=torch.int32),
+            "step_of": (masked.sum(1) - 1).to(torch.int32),  # passes a position stayed masked in, minus one
+            "prompt": torch.tensor([first_prompt + p for p, _ in keys], dtype=torch.int32),
+            "block_index": torch.tensor([blk for _, blk in keys], dtype=torch.int32),
+            "block_start": torch.stack([self.starts[key] for key in keys]).to(torch.int64).cpu(),
         }
+
+
+# The stale features a trajectory keeps of each pass.
+STALE = ("topk_probs", "topk_ids", "tokens", "confidence", "masked")
 
 
 def pair_name(path) -> str:
@@ -82,7 +108,7 @@ def pair_name(path) -> str:
 
 
 def check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k,
-                       first_row) -> None:
+                       first_row, rule: str = "one") -> None:
     """`collect`'s arguments, refused (naming the argument) before anything is created or decoded."""
     if not prompts:
         raise ValueError("prompts: nothing to collect (no prompts)")
@@ -94,6 +120,7 @@ def check_collect_args(target, prompts, block_sizes, temperatures, max_new_token
     if isinstance(first_row, bool) or not isinstance(first_row, int) or first_row < 0:
         raise ValueError(f"first_row: expected an int >= 0, got {first_row!r}")
     for B in block_sizes:
+        resolve_rule(rule, target, "standard", B, "prob")
         for T in temperatures:
             _check_args(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=B, temperature=T,
                         seed=seed, tree=TreeSettings(budget=1, width=1, branch=1), batching=Batching(), drafter=None,
@@ -103,17 +130,20 @@ def check_collect_args(target, prompts, block_sizes, temperatures, max_new_token
 
 def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),
             max_new_tokens: int = 256, batch_size: int = 16, seed: int = 0, top_k: int = 32, first_row: int = 0,
-            progress: bool = True) -> list[Path]:
+            progress: bool = True, rule: str = "one") -> list[Path]:
     """Run standard decoding for every (block size, temperature) and write one shard each. Deterministic.
-    Prompt i is numbered (and draws the noise of row) first_row + i. Every argument is checked before the output
-    folder is created; each shard is written to a temporary file and moved into place."""
+    Prompt i is numbered (and draws the noise of row) first_row + i. `rule`: the commit rule standard follows
+    (docs/rules.md; its steps are the trajectory's; the shard's metadata names it). Every argument is checked before
+    the output folder is created; each shard is written to a temporary file and moved into place."""
     out_dir = Path(out_dir)
-    check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k, first_row)
+    check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k, first_row,
+                       rule)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for B in block_sizes:
         for T in temperatures:
-            path = out_dir / (f"traj-B{B}-T{T:g}" + (f"-r{first_row}" if first_row else "") + ".safetensors")
+            tag = "" if rule == "one" else "-" + re.sub(r"[^0-9a-z.]+", "_", str(rule).lower())
+            path = out_dir / (f"traj-B{B}-T{T:g}{tag}" + (f"-r{first_row}" if first_row else "") + ".safetensors")
             parts = []
             bar = tqdm(total=len(prompts), desc=f"collect B={B} T={T:g}", disable=not progress, unit="prompt")
             for start in range(0, len(prompts), batch_size):
@@ -121,14 +151,14 @@ def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), 
                 rec = TrajectoryRecorder(len(batch), B)
                 # rows = prompt index: the noise is that of the prompt wherever it is decoded
                 out = generate(target, batch, "standard", max_new_tokens=max_new_tokens, block_size=B,
-                               temperature=T, seed=seed, eos_id=None, top_k=top_k, on_pass=rec,
+                               temperature=T, seed=seed, eos_id=None, top_k=top_k, on_pass=rec, rule=rule,
                                rows=list(range(first_row + start, first_row + start + len(batch))))
                 parts.append(rec.tensors(out.orders, first_row + start, target.vocab_size))
                 bar.update(len(batch))
             bar.close()
             shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}
             meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed), "first_row": str(first_row),
-                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts))}
+                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts)), "rule": str(rule)}
             atomic_write(path, lambda tmp, shard=shard, meta=meta: save_file(shard, tmp, metadata=meta))
             paths.append(path)
     return paths

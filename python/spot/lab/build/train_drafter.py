@@ -82,8 +82,14 @@ class Trajectories:
         self.order = tensors["order"].long()
         self.B = self.order.shape[1]
         n = self.order.shape[0]
-        # rank[b, j] = the step at which position j is committed in block b
-        self.rank = torch.empty_like(self.order).scatter_(1, self.order, torch.arange(self.B).expand(n, -1))
+        # rank[b, j] = the step at which position j is committed in block b; steps[b]: block b's steps (a commit
+        # rule's shard records both; one commit per step: B steps, the order's places)
+        self.sets = "step_of" in tensors  # recorded step by step: labels from each step's set
+        if self.sets:
+            self.rank, self.steps = tensors["step_of"].long(), tensors["steps"].long()
+        else:
+            self.rank = torch.empty_like(self.order).scatter_(1, self.order, torch.arange(self.B).expand(n, -1))
+            self.steps = torch.full((n,), self.B, dtype=torch.long)
         held = self.prompt % heldout_every == 0
         self.train_blocks = torch.nonzero(~held).squeeze(1)
         self.heldout_blocks = torch.nonzero(held).squeeze(1)
@@ -93,7 +99,7 @@ class Trajectories:
         """One shard file, or several runs of one (block size, temperature) pair merged (prompt numbers must not
         repeat: see `spot build collect --skip-prompts`)."""
         paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
-        names = ["topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start"]
+        names = ["topk_probs", "topk_ids", "confidence", "masked", "order", "prompt", "block_start", "steps", "step_of"]
         parts, metas = [], []
         for path in paths:
             with safe_open(str(path), "pt") as f:
@@ -105,7 +111,7 @@ class Trajectories:
                     part["topk_ids"] = f.get_slice("topk_ids")[:, :, :, :1]
                 parts.append(part)
                 metas.append(meta)
-        for key in ("block_size", "temperature", "seed"):
+        for key in ("block_size", "temperature", "seed", "rule"):
             if len({m.get(key) for m in metas}) > 1:
                 raise ValueError(f"cannot merge shards with different {key}: {[str(p) for p in paths]}")
         prompts = torch.cat([t["prompt"].unique() for t in parts])
@@ -126,7 +132,16 @@ class Trajectories:
         resampled = self._resampled(probs, blocks, k, t)
         top_ids = None if self.top1_ids is None else self.top1_ids[blocks, k].long()
         inputs = (probs, self.conf[blocks, k], self.masked[blocks, k], node_masked, d, resampled, top_ids)
-        return inputs, self.order[blocks, t]
+        return inputs, self.label(blocks, t)
+
+    def label(self, blocks, t):
+        """The position committed at step t: the order's t-th; of a commit rule's step, the set's most confident
+        position (the one a single commit would take; the soft targets rank the rest)."""
+        if not self.sets:
+            return self.order[blocks, t]
+        in_step = self.rank[blocks] == t[:, None]
+        conf = self.conf[blocks, t].nan_to_num(-1.0)
+        return torch.where(in_step, conf, -math.inf).argmax(1)
 
     def _resampled(self, probs, blocks, k, t):
         """resampled_confidence at the node's step t (the drafter's root is s_{k+1}, so depth d = step k+1+d)."""
@@ -147,8 +162,9 @@ class Trajectories:
         if len(pool) == 0:
             raise ValueError(f"{self.name}: no {'held-out' if heldout else 'training'} blocks to sample")
         blocks = pool[torch.randint(len(pool), (n,), generator=gen)]
-        k = torch.randint(self.B - 1, (n,), generator=gen)  # stale step 0 .. B-2
-        room = (self.B - 2 - k).clamp(max=max_depth)
+        steps = self.steps[blocks]
+        k = (torch.rand(n, generator=gen) * (steps - 1)).long()  # stale step 0 .. steps - 2
+        room = (steps - 2 - k).clamp(max=max_depth)
         d = (torch.rand(n, generator=gen) * (room + 1)).long()
         return (*self.batch(blocks, k, d), self.node_confidence(blocks, k, d))
 
@@ -157,7 +173,10 @@ class Trajectories:
         pool = self.heldout_blocks if heldout else self.train_blocks
         k = torch.arange(max(self.B - 1 - d, 0))
         blocks = pool.repeat_interleave(len(k))
-        return self.batch(blocks, k.repeat(len(pool)), torch.full((len(blocks),), d))
+        k = k.repeat(len(pool))
+        keep = k + 1 + d < self.steps[blocks]  # a commit rule's block takes fewer steps
+        blocks, k = blocks[keep], k[keep]
+        return self.batch(blocks, k, torch.full((len(blocks),), d))
 
 
 def example_weights(shards: list[Trajectories]) -> torch.Tensor:
