@@ -10,15 +10,15 @@ tree depth d, and these trajectories are its exact training distribution.
 One shard per (block size, temperature) and run: `traj-B{B}-T{T}.safetensors`, or `traj-B{B}-T{T}-r{R}` for a run
 whose prompts are numbered from R (a later run on further prompts; training merges a pair's shards). Safetensors
 with
-  topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past
-  32768 tokens), tokens int16 (or int32) [blocks, B, B],
-  confidence float32 [blocks, B, B], masked bool [blocks, B, B], order int32 [blocks, B] (positions in commit
-  order; int8 in shards of blocks up to 64 written before), steps int32 [blocks] and step_of int32 [blocks, B] (the
-  passes of each block and the step that committed each position: with a commit rule, `spot build collect --rule`,
-  a block takes fewer than B steps, each committing a set; its passes are padded to B with steps holding no masked
-  position; absent in shards written before, where every step commits one position), prompt int32 [blocks] (index of the prompt = its
-  noise row), block_index int32 [blocks], block_start int64 [blocks] (absolute position of the block's first
-  token: with the seed in the metadata, the coordinates of the coupled noise, docs/design.md §2.3).
+  topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past 32768
+  tokens), tokens int16 (or int32) [blocks, B, B], confidence float32 [blocks, B, B], masked bool [blocks, B, B],
+  order int32 [blocks, B] (positions in commit order; int8 in shards of blocks up to 64 written before), steps int32
+  [blocks] and step_of int32 [blocks, B] (the passes of each block and the step that committed each position: with a
+  commit rule, `spot build collect --rule`, a block takes fewer than B steps, each committing a set; its passes are
+  padded to B with steps holding no masked position; absent in shards written before, where every step commits one
+  position), prompt int32 [blocks] (index of the prompt = its noise row), block_index int32 [blocks], block_start
+  int64 [blocks] (absolute position of the block's first token: with the seed in the metadata, the coordinates of
+  the coupled noise, docs/design.md §2.3).
 """
 
 from __future__ import annotations
