@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import spot
-from compare import MASK, PROMPTS, ROOT, module
+from compare import MASK, PROMPTS, ROOT, MaskLogitOff, llada2_forward64, module
 
 GEN = 16
 
@@ -24,28 +24,18 @@ def own_dtype_greedy(logits, *args, **kwargs):
     return tok, p
 
 
-class Counted(torch.nn.Module):
+class Counted(MaskLogitOff):
     """The model with its forwards counted (`calls`; `stores`: SDAR's store_kv=True calls, which commit nothing) and,
-    with the mask logit off, -inf on the mask token's logit (compare.MaskLogitOff's reason)."""
+    with `mask_off`, -inf on the mask token's logit (compare.MaskLogitOff's reason)."""
 
     def __init__(self, m, mask_off):
-        super().__init__()
-        self.m, self.device, self.config, self.mask_off = m, m.device, m.config, mask_off
-        self.calls = self.stores = 0
+        super().__init__(m)
+        self.mask_off, self.calls, self.stores = mask_off, 0, 0
 
     def forward(self, *a, **k):
         self.calls += 1
         self.stores += bool(k.get("store_kv"))
-        out = self.m(*a, **k)
-        if self.mask_off:
-            out.logits[..., MASK] = -float("inf")
-        return out
-
-    def __getattr__(self, name):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self.m, name)
+        return super().forward(*a, **k) if self.mask_off else self.m(*a, **k)
 
 
 def llada(steps_div):
@@ -105,17 +95,7 @@ def sdar(steps_div, threshold=0.85):
 def llada2(steps_div, threshold=0.95):
     def run(model, x, B, mask_off):
         calls = [0]
-        forward = type(model).forward
-
-        def forward64(self, input_ids, attention_mask=None, **k):  # compare.py's: its bf16 0/-inf mask in float64
-            calls[0] += 1
-            if attention_mask is not None and attention_mask.is_floating_point():
-                attention_mask = attention_mask.to(torch.float64)
-            out = forward(self, input_ids, attention_mask=attention_mask, **k)
-            if mask_off:
-                out.logits[..., MASK] = -float("inf")
-            return out
-        model.forward = forward64.__get__(model)
+        llada2_forward64(model, mask_off, calls)
         model._sample_with_temperature_topk_topp = own_dtype_greedy
         try:  # eos_id -1 (no token has it): the whole generation, as standard with eos_id=None
             out = model.generate(x, temperature=0.0, block_length=B, steps=B // steps_div, gen_length=GEN,
