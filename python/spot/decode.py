@@ -86,7 +86,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     fewer tokens) unless this is True.
     rule: the commit rule `standard` follows and every other method speculates (spot.rules, docs/rules.md): "one"
     (one commit per step, the default), "steps:N", "threshold:T[,steps:N][,cmp:ge]", "factor:F", "dream:N[,alg:A]",
-    a spot.rules.CommitRule, or "family" (the target's own sampler's default, `Target.default_rule`). A rule that
+    a spot.rules.CommitRule, or "family" (a family target's own sampler default, its `default_rule`). A rule that
     names a confidence (Dream's alg) sets `confidence` unless another one is given.
 
     Arguments are checked before any work (spot.limits): temperature is 0 (greedy) or in [MIN_TEMPERATURE,
