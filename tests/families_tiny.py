@@ -355,7 +355,10 @@ class BD3LM(PreTrainedModel):
 
 
 # ---------------------------------------------------------------------------------------------- own samplers
-# One commit per forward, T = 0: the settings at which each family's sampler is what spot's `standard` is.
+# Each family's own sampler at T = 0, one row: one commit per forward (what spot's `standard` is with rule "one"),
+# and at the settings where one forward commits several positions (`steps`, `threshold`, and the samplers below:
+# `standard` with the family's rule, docs/integrations.md). Confidences in float64; among equal confidences the lower
+# position first, where the families' torch.topk leaves the order unspecified (float64 confidences do not tie here).
 
 
 def _greedy(logits):
@@ -364,19 +367,33 @@ def _greedy(logits):
     return token, conf
 
 
-def llada_generate(model, prompt, gen_length: int, block_length: int, mask_id: int = MASK_ID):
-    """LLaDA's low_confidence remasking with steps = gen_length: the whole sequence every step, the most confident
-    masked position of the current block committed."""
+def _most_confident(conf, m: int):
+    """The m highest entries of conf (1-D, -inf where not eligible), ties to the lower index."""
+    return torch.sort(conf, descending=True, stable=True).indices[:m]
+
+
+def _split(total: int, steps: int) -> list[int]:
+    """LLaDA's get_num_transfer_tokens (and SDAR's / LLaDA2's on block_length): total // steps per step, the
+    remainder to the first steps."""
+    return [total // steps + (i < total % steps) for i in range(steps)]
+
+
+def llada_generate(model, prompt, gen_length: int, block_length: int, mask_id: int = MASK_ID,
+                   steps: int | None = None):
+    """LLaDA generate.py's low_confidence remasking with `steps` per block (default block_length: one commit per
+    step; its `steps` argument is steps * gen_length / block_length): every step the whole sequence, the block's
+    quota (its mask count split over the steps, the remainder to the first) of most confident masked positions of
+    the current block committed; exactly `steps` forwards per block."""
     x = torch.tensor([prompt + [mask_id] * gen_length])
     P = len(prompt)
     for block in range(gen_length // block_length):
         lo, hi = P + block * block_length, P + (block + 1) * block_length
-        for _ in range(block_length):
+        for quota in _split(int((x[0, lo:hi] == mask_id).sum()), steps or block_length):
             token, conf = _greedy(model(x).logits[0])
             conf[:lo], conf[hi:] = -math.inf, -math.inf
             conf[x[0] != mask_id] = -math.inf
-            pos = int(conf.argmax())
-            x[0, pos] = token[pos]
+            at = _most_confident(conf, quota)
+            x[0, at] = token[at]
     return x[0, P:].tolist()
 
 
@@ -394,10 +411,14 @@ def dream_generate(model, prompt, gen_length: int, mask_id: int = MASK_ID):
 
 
 def block_aligned_generate(model, prompt, gen_length: int, block_length: int, mask_id: int = MASK_ID,
-                           cached: bool = True):
+                           cached: bool = True, steps: int | None = None, threshold: float | None = None):
     """SDAR's block generate (cached=True: whole prompt blocks prefilled with store_kv=True, each block denoised
     over the cache with store_kv=False, then stored) or LLaDA2's generate() (cached=False: the window up to the
-    current block recomputed every step): blocks at absolute positions, a block-causal 4D mask, steps = B."""
+    current block recomputed every step): blocks at absolute positions, a block-causal 4D mask, `steps` per block
+    (default B: one commit per step). With `threshold` (SDAR's low_confidence_dynamic, LLaDA2's threshold < 1), step
+    i commits every masked position whose confidence is > threshold when they are at least the step's quota
+    (block_length split over `steps`), else the quota's most confident. SDAR's topk is not clamped to the masked
+    count (it would then commit unmasked positions): that case is refused here; LLaDA2's clamps."""
     from transformers import DynamicCache
 
     B, P = block_length, len(prompt)
@@ -412,18 +433,28 @@ def block_aligned_generate(model, prompt, gen_length: int, block_length: int, ma
     if cached and first:
         model(x[:, :first * B], visible[..., :first * B, :first * B], positions[:, :first * B],
               past_key_values=cache, use_cache=True, store_kv=True)
+    quotas = _split(B, steps or B)
     for k in range(first, n_blocks):
         lo, hi = k * B, (k + 1) * B
-        while bool((x[0, lo:hi] == mask_id).any()):
+        for quota in quotas:
+            masked = x[0, lo:hi] == mask_id
+            if not bool(masked.any()):
+                break
             if cached:
                 logits = model(x[:, lo:hi], visible[..., lo:hi, :hi], positions[:, lo:hi], past_key_values=cache,
                                use_cache=True, store_kv=False).logits[0]
             else:
                 logits = model(x[:, :hi], visible[..., :hi, :hi], positions[:, :hi]).logits[0, lo:]
             token, conf = _greedy(logits)
-            conf[x[0, lo:hi] != mask_id] = -math.inf
-            pos = int(conf.argmax())
-            x[0, lo + pos] = token[pos]
+            conf[~masked] = -math.inf
+            high = conf > (math.inf if threshold is None else threshold)
+            if int(high.sum()) >= quota:
+                at = high.nonzero()[:, 0]
+            else:
+                if cached and quota > int(masked.sum()):
+                    raise ValueError("SDAR's unclamped topk would commit unmasked positions (steps < block_length)")
+                at = _most_confident(conf, min(quota, int(masked.sum())))
+            x[0, lo + at] = token[at]
         if cached:
             model(x[:, lo:hi], visible[..., lo:hi, :hi], positions[:, lo:hi], past_key_values=cache, use_cache=True,
                   store_kv=True)
@@ -449,6 +480,56 @@ def bd3lm_generate(model, prompt, gen_length: int, mask_id: int = MASK_ID):
             pos = int(conf.argmax())
             x[0, lo + pos] = token[pos]
     return x[0, P:P + gen_length].tolist()
+
+
+def fast_dllm_generate(model, prompt, gen_length: int, block_length: int, threshold: float | None = None,
+                       factor: float | None = None, mask_id: int = MASK_ID):
+    """Fast-dLLM's LLaDA generate (no cache) with `threshold` (the most confident masked position of the block and
+    every one whose float64 confidence is >= threshold) or `factor` (get_transfer_index_dynamic: the sorted
+    confidences pass while c(r) >= 1 - factor / (r + 2); the first failing rank r >= 1 is how many commit, all of
+    them when none fails or only the last does). Forwards until the block has no mask."""
+    x = torch.tensor([prompt + [mask_id] * gen_length])
+    P = len(prompt)
+    for block in range(gen_length // block_length):
+        lo, hi = P + block * block_length, P + (block + 1) * block_length
+        while bool((x[0, lo:hi] == mask_id).any()):
+            token, conf = _greedy(model(x).logits[0])
+            conf[:lo], conf[hi:] = -math.inf, -math.inf
+            conf[x[0] != mask_id] = -math.inf
+            n = int((x[0, lo:hi] == mask_id).sum())
+            ranked = torch.sort(conf, descending=True, stable=True).values[:n]
+            if factor is None:
+                m = 1 + int((ranked[1:] >= threshold).sum())
+            else:
+                fails = [r for r in range(1, n) if ranked[r] < 1 - factor / (r + 2)]
+                m = n if not fails or fails[0] == n - 1 else fails[0]
+            at = _most_confident(conf, m)
+            x[0, at] = token[at]
+    return x[0, P:].tolist()
+
+
+def dream_schedule_generate(model, prompt, gen_length: int, steps: int, alg: str = "maskgit_plus",
+                            eps: float = 1e-3, mask_id: int = MASK_ID):
+    """Dream's diffusion_generate (the whole generation one block, logits shifted right): float32 timesteps
+    t = linspace(1, eps, steps + 1); step i commits int(n (1 - t[i+1] / t[i])) of the n masked positions (all of
+    them at the last step), the most confident by `alg`: maskgit_plus the token's probability, entropy
+    sum p log(p + 1e-10) (Dream's own form, 1e-10 inside the log). Exactly `steps` forwards."""
+    x = torch.tensor([prompt + [mask_id] * gen_length])
+    t = torch.linspace(1, eps, steps + 1)
+    for i in range(steps):
+        masked = x[0] == mask_id
+        logits = model(x, "full").logits
+        logits = torch.cat((logits[:, :1], logits[:, :-1]), 1)[0]
+        probs = torch.softmax(logits, -1)
+        conf, token = probs.max(-1)
+        if alg == "entropy":
+            conf = (probs * torch.log(probs + 1e-10)).sum(-1)
+        conf[~masked] = -math.inf
+        n = masked.sum().to(torch.float32)
+        m = int(n * (1 - t[i + 1] / t[i])) if i < steps - 1 else int(n)
+        at = _most_confident(conf, m)
+        x[0, at] = token[at]
+    return x[0, len(prompt):].tolist()
 
 
 def bd3lm_float32_conditioning(m):

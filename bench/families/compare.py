@@ -93,20 +93,29 @@ def own(family, model, prompt, gen, B):
         raise RuntimeError("see sdar_own")
     if family == "llada2":
         model._sample_with_temperature_topk_topp = greedy
-        forward = type(model).forward
-
-        def forward64(self, input_ids, attention_mask=None, **k):  # its bf16 0/-inf mask, exactly, in float64
-            if attention_mask is not None and attention_mask.is_floating_point():
-                attention_mask = attention_mask.to(torch.float64)
-            out = forward(self, input_ids, attention_mask=attention_mask, **k)
-            if MASK_OFF:
-                out.logits[..., MASK] = -float("inf")
-            return out
-        model.forward = forward64.__get__(model)
+        llada2_forward64(model, MASK_OFF)
         out = model.generate(x, temperature=0.0, block_length=B, steps=B, gen_length=gen, threshold=1.0,
                              eos_early_stop=False, eos_id=EOS, mask_id=MASK)
         del model.forward
         return out[0].tolist()
+
+
+def llada2_forward64(model, mask_off, calls=None):
+    """LLaDA2's forward on the instance (`del model.forward` undoes it) with its bf16 0/-inf mask cast to float64,
+    exactly (sdpa refuses a bf16 mask beside float64 queries), -inf on the mask token's logit with `mask_off`, and
+    its calls counted in calls[0] (its generate() calls self.forward, so no hook sees them)."""
+    forward = type(model).forward
+
+    def forward64(self, input_ids, attention_mask=None, **k):
+        if calls is not None:
+            calls[0] += 1
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.to(torch.float64)
+        out = forward(self, input_ids, attention_mask=attention_mask, **k)
+        if mask_off:
+            out.logits[..., MASK] = -float("inf")
+        return out
+    model.forward = forward64.__get__(model)
 
 
 def portable(seed=0):

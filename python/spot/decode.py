@@ -86,7 +86,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     fewer tokens) unless this is True.
     rule: the commit rule `standard` follows and every other method speculates (spot.rules, docs/rules.md): "one"
     (one commit per step, the default), "steps:N", "threshold:T[,steps:N][,cmp:ge]", "factor:F", "dream:N[,alg:A]",
-    a spot.rules.CommitRule, or "family" (the target's own sampler's default, `Target.default_rule`). A rule that
+    a spot.rules.CommitRule, or "family" (a family target's own sampler default, its `default_rule`). A rule that
     names a confidence (Dream's alg) sets `confidence` unless another one is given.
 
     Arguments are checked before any work (spot.limits): temperature is 0 (greedy) or in [MIN_TEMPERATURE,
@@ -337,14 +337,16 @@ class _CommitOrders:
 
 def resolve_rule(rule, target, method: str, block_size, confidence: str) -> tuple[CommitRule, str]:
     """(the commit rule, the confidence kind) of a decode: `rule` parsed (spot.rules.parse_rule; "family": the
-    target's `default_rule`), checked against the block size and the method, and the rule's own confidence kind
-    (Dream's alg) taken unless `confidence` names another."""
+    target's `default_rule`, a rule or a callable of the block size that returns one), checked against the block
+    size and the method, and the rule's own confidence kind (Dream's alg) taken unless `confidence` names another."""
     if rule == "family":
         family_rule = getattr(target, "default_rule", None)
         if family_rule is None:
-            raise ValueError(f"rule='family': {type(target).__name__} names no sampler default (only the family "
-                             "targets of spot.families do); give a rule such as 'steps:16' or 'threshold:0.9'")
-        rule = family_rule
+            raise ValueError(f"rule='family': {type(target).__name__} names no sampler default (the LLaDA, Dream, "
+                             "SDAR and LLaDA2 targets of spot.families do); give a rule such as 'steps:16' or "
+                             "'threshold:0.9'")
+        # a default may depend on the block (LLaDA's B / 2 steps per block): a callable of the block size
+        rule = family_rule(limits.integer("block_size", block_size)) if callable(family_rule) else family_rule
     rule = parse_rule(rule)
     if isinstance(block_size, int) and not isinstance(block_size, bool) and block_size >= 1:
         rule.check_block(block_size)

@@ -60,12 +60,24 @@ class UnpaddedBidirectionalTarget(HFTarget):
 class LLaDATarget(UnpaddedBidirectionalTarget):
     family = "llada"
 
+    @staticmethod
+    def default_rule(block_size: int) -> str:
+        """LLaDA's generate.py at steps = gen_length / 2 (its demo app.py's defaults, gen_length 64 / steps 32): two
+        commits per step, B / 2 steps per block of B (`rule="family"`, docs/integrations.md "Parallel defaults")."""
+        return f"steps:{max(1, block_size // 2)}"
+
     def __init__(self, model, *, mask_id: int, eos_id: int | None = None, tokenizer=None, self_check: bool = True):
         super().__init__(model, mask_id=mask_id, eos_id=eos_id, tokenizer=tokenizer, self_check=self_check)
 
 
 class DreamTarget(UnpaddedBidirectionalTarget):
     family = "dream"
+
+    @staticmethod
+    def default_rule(block_size: int) -> str:
+        """Dream's diffusion_generate as its README and eval scripts run it: alg="entropy", steps = max_new_tokens,
+        the whole generation one block (block_size = max_new_tokens)."""
+        return f"dream:{block_size},alg:entropy"
 
     def __init__(self, model, *, mask_id: int, eos_id: int | None = None, tokenizer=None, self_check: bool = True):
         super().__init__(model, mask_id=mask_id, eos_id=eos_id, tokenizer=tokenizer, logits_shift=1,
@@ -152,6 +164,12 @@ class SDARTarget(BlockAlignedTarget):
     family = "sdar"
     store_kv = True
 
+    @staticmethod
+    def default_rule(block_size: int) -> str:
+        """SDAR's block_diffusion_generate defaults: low_confidence_dynamic, confidence_threshold 0.85 (strict >),
+        denoising_steps = block_length, so a quota of one per step: `threshold:0.85,steps:B` is `threshold:0.85`."""
+        return "threshold:0.85"
+
     def __init__(self, model, **kwargs):
         kwargs.setdefault("mask_form", "bool")
         super().__init__(model, **kwargs)
@@ -161,6 +179,12 @@ class LLaDA2Target(BlockAlignedTarget):
     """LLaDA2: sdpa takes the 4D mask as given (bool); eager converts a 4D mask itself, reading 1.0 as attend."""
 
     family = "llada2"
+
+    @staticmethod
+    def default_rule(block_size: int) -> str:
+        """LLaDA2's generate() defaults: threshold 0.95 (strict >, float32), steps = block_length, so a quota of one
+        per step: `threshold:0.95,steps:B` is `threshold:0.95`."""
+        return "threshold:0.95"
 
     def __init__(self, model, **kwargs):
         attention = getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager"

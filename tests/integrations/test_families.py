@@ -1,7 +1,8 @@
 """spot.families on the stand-ins of tests/families_tiny.py: `standard` equals each family's own one-commit sampler,
-spot and confidence equal `standard` with drafted commits accepted, the family is read from a checkpoint directory,
-and the self-check names the cause of a model it refuses. Runs on transformers 4.56-4.57 and 5.x (make test runs
-it on both)."""
+and with the family's rule its own sampler at its parallel setting; spot and confidence equal `standard` (with and
+without a rule) with drafted commits accepted, `rule="family"` reads each family's default, the family is read from
+a checkpoint directory, and the self-check names the cause of a model it refuses. Runs on transformers 4.56-4.57
+and 5.x (make test runs it on both)."""
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import hf_tiny  # noqa: E402
 import spot  # noqa: E402
 from spot.families import (AlignedBlockSession, BD3LMTarget, BlockAlignedTarget, DreamTarget, LLaDA2Target,  # noqa: E402
                            LLaDATarget, SDARTarget, family_of, family_target)
+from spot.decode import resolve_rule  # noqa: E402
 from spot.hf import HFTarget, IncompatibleModelError, SelfCheckError  # noqa: E402
 from spot.order_model import LearnedDrafter, OrderModel, OrderModelConfig  # noqa: E402
 
@@ -74,6 +76,100 @@ def assert_spot_and_confidence_equal_standard(t, block_size, temperature):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_spot_and_confidence_equal_standard(family, block_size, temperature):
     assert_spot_and_confidence_equal_standard(target(family), block_size, temperature)
+
+
+# ------------------------------------------------------------------------------ the families' parallel samplers
+
+# name: (family, the rule, the family's own sampler at that setting on a stand-in), block 8 and 16 new tokens (Dream:
+# the whole generation one block of 16). LLaDA at steps = gen_length / 2 and / 4 (2 and 4 commits per step),
+# Fast-dLLM's threshold (>= 0.9, float64) and factor rules, SDAR's and LLaDA2's thresholds (> 0.85 / > 0.95) at
+# steps = block_length (SDAR's unclamped quota never exceeds the masked count there) and LLaDA2's with two per step,
+# Dream's schedule at steps < max_new_tokens with its maskgit_plus and entropy confidences.
+PARALLEL = {
+    "llada steps:4": ("llada", "steps:4", lambda m, p: ft.llada_generate(m, p, 16, 8, steps=4)),
+    "llada steps:2": ("llada", "steps:2", lambda m, p: ft.llada_generate(m, p, 16, 8, steps=2)),
+    "fast-dllm threshold": ("llada", "threshold:0.9,cmp:ge",
+                            lambda m, p: ft.fast_dllm_generate(m, p, 16, 8, threshold=0.9)),
+    "fast-dllm factor": ("llada", "factor:1.0", lambda m, p: ft.fast_dllm_generate(m, p, 16, 8, factor=1.0)),
+    "sdar dynamic": ("sdar", "threshold:0.85,steps:8",
+                     lambda m, p: ft.block_aligned_generate(m, p, 16, 8, steps=8, threshold=0.85)),
+    "llada2 generate": ("llada2", "threshold:0.95,steps:8",
+                        lambda m, p: ft.block_aligned_generate(m, p, 16, 8, steps=8, threshold=0.95,
+                                                                 cached=False)),
+    "llada2 two per step": ("llada2", "threshold:0.95,steps:4",
+                            lambda m, p: ft.block_aligned_generate(m, p, 16, 8, steps=4, threshold=0.95,
+                                                                     cached=False)),
+    "dream maskgit_plus": ("dream", "dream:8", lambda m, p: ft.dream_schedule_generate(m, p, 16, steps=8)),
+    "dream entropy": ("dream", "dream:8,alg:entropy",
+                      lambda m, p: ft.dream_schedule_generate(m, p, 16, steps=8, alg="entropy")),
+}
+
+
+def parallel_settings(family):
+    return dict(max_new_tokens=16, block_size=16 if family == "dream" else 8, eos_id=None)
+
+
+@pytest.mark.parametrize("name", PARALLEL)
+def test_standard_with_the_rule_equals_the_familys_parallel_sampler(name):
+    """`standard` with the family's rule is the family's own sampler at its parallel setting, token for token, one
+    pass per forward of it (the stand-in's samplers make one forward per step), and it does commit several
+    positions per forward."""
+    family, rule, own_parallel = PARALLEL[name]
+    t = target(family)
+    per_pass = set()
+    for prompt in ft.PROMPTS:
+        out = spot.generate(t, [prompt], "standard", rule=rule, **parallel_settings(family))
+        assert out.tokens[0] == own_parallel(t.model, prompt), (name, len(prompt))
+        per_pass |= set(out.stats.commits_per_pass)
+    assert max(per_pass) > 1, (name, per_pass)
+
+
+# four commits per step: neither drafter guesses a whole step of four right on these stand-ins (exactness is checked
+# all the same)
+NO_SAVING = {"llada steps:2"}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("name", PARALLEL)
+def test_spot_and_confidence_over_the_familys_rule_equal_standard(name, temperature):
+    """spot (the portable drafter) and confidence over the family's rule give standard's tokens with it, one prompt
+    per call (a lock-step batch waits for its slowest row), in no more passes, and in fewer over the prompts;
+    standard's rows do not interact (all prompts in one call give each prompt's own tokens)."""
+    family, rule, _ = PARALLEL[name]
+    t = target(family)
+    s = dict(parallel_settings(family), temperature=temperature, rule=rule, budget=8)
+    saved = 0
+    refs = []
+    for row, prompt in enumerate(ft.PROMPTS):  # each prompt's noise row as in the batch
+        ref = spot.generate(t, [prompt], "standard", rows=[row], **s)
+        refs += ref.tokens
+        for method in ("confidence", "spot"):
+            out = spot.generate(t, [prompt], method, drafter=portable_drafter(), rows=[row], **s)
+            assert out.tokens == ref.tokens, (method, len(prompt))
+            assert out.stats.target_passes <= ref.stats.target_passes
+            saved += ref.stats.target_passes - out.stats.target_passes
+    assert spot.generate(t, ft.PROMPTS, "standard", **s).tokens == refs
+    assert saved > 0 or name in NO_SAVING, name
+
+
+@pytest.mark.parametrize("family,block_size,want", [
+    ("llada", 8, "steps:4"), ("llada", 32, "steps:16"), ("llada", 1, "steps:1"), ("dream", 16, "dream:16,alg:entropy"),
+    ("sdar", 4, "threshold:0.85"), ("llada2", 32, "threshold:0.95")])
+def test_rule_family_is_the_familys_default(family, block_size, want):
+    t = target(family)
+    rule, confidence = resolve_rule("family", t, "standard", block_size, "prob")
+    assert str(rule) == want and confidence == ("neg_entropy" if family == "dream" else "prob")
+    if block_size in (4, 8):
+        kw = dict(max_new_tokens=8, block_size=block_size, eos_id=None)
+        assert spot.generate(t, ft.PROMPTS, "confidence", rule="family", **kw).tokens == \
+            spot.generate(t, ft.PROMPTS, "standard", rule=want, **kw).tokens
+
+
+def test_rule_family_is_refused_by_name_where_a_family_has_no_commit_rule():
+    with pytest.raises(ValueError, match="BD3LMTarget names no sampler default"):
+        spot.generate(bd3lm_target(4), [[5, 6]], "standard", max_new_tokens=4, block_size=4, rule="family")
+    with pytest.raises(TypeError, match="block_size: expected an int"):
+        spot.generate(target("llada"), [[5, 6]], "standard", max_new_tokens=4, block_size=4.0, rule="family")
 
 
 def test_the_output_starts_after_the_prompt_in_aligned_blocks():
