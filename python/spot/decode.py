@@ -113,7 +113,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                               allow_partial_block=allow_partial_block).orders
         drafter = OracleDrafter(orders.to(dev))
     elif method == "confidence":
-        drafter = ConfidenceDrafter()
+        drafter = ConfidenceDrafter(resampled=not rule.is_one)
     round_fns = RoundFunctions() if tree.compile is None else compiled(tree.compile, target.device.type == "cuda")
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
     if method == "standard" or tree.budget == 1:

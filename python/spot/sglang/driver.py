@@ -81,7 +81,7 @@ class SpotDriver:
             raise RuntimeError(f"Spot: expected a DLLM_EXTEND batch, got {mode!r}")
         block = forward_batch.input_ids.view(bs, B)
         if not self._drafter_ready:
-            self.drafter = make_drafter(self.options.drafter, device=block.device)
+            self.drafter = make_drafter(self.options.drafter, device=block.device, rule=self.options.rule)
             _check_drafter_vocabulary(self.drafter, getattr(getattr(model_runner, "model_config", None),
                                                             "vocab_size", None))
             self._drafter_ready = True

@@ -83,11 +83,11 @@ def check_temperature(t, what: str = "temperature") -> float:
     return limits.temperature(what, t)
 
 
-def make_drafter(name: str, device="cpu") -> Drafter | None:
+def make_drafter(name: str, device="cpu", rule: str = "one") -> Drafter | None:
     if name == "none":
         return None
     if name == "confidence":
-        return ConfidenceDrafter()
+        return ConfidenceDrafter(resampled=not parse_rule(rule).is_one)
     from .. import load_drafter  # the learned drafter: weights on disk, loaded once per process
 
     return load_drafter(name, device=device)
