@@ -441,7 +441,7 @@ def main(argv=None) -> int:
 
 def _run(argv) -> int:
     if argv[:1] == ["build"]:  # the pipeline's own parser; imported only here, never by `import spot`
-        from .lab.build.cli import main as build_main
+        from .lab.pipeline.cli import main as build_main
         return build_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)

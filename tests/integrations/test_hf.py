@@ -221,7 +221,7 @@ def test_collect_and_train_a_drafter_for_a_checkpoint(checkpoint, tmp_path):
 
 def test_collect_stores_wide_vocabularies_as_int32(tmp_path):
     from safetensors import safe_open
-    from spot.lab.build.collect import collect
+    from spot.lab.pipeline.collect import collect
 
     t = HFTarget(hf_tiny.wide_model(), "block_causal", mask_id=40000, self_check=False)
     (path,) = collect(t, [[5, 6, 7]], tmp_path, block_sizes=(4,), temperatures=(0.0,), max_new_tokens=4,
