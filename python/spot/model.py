@@ -78,6 +78,13 @@ class ModelConfig:
 # CPU call to a multiple of LINEAR_ROWS rows (zeros, dropped after) keeps every row on the many-row kernel, whose
 # result for a row depends neither on the row's place in the call nor on the other rows.
 LINEAR_ROWS = 16
+# ATen's bmm multiplies each matrix of a batch with a plain loop when contraction x rows x columns < 400, and through
+# BLAS otherwise (aten/src/ATen/native/LinearAlgebra.cpp, bmm_out_or_baddbmm_; measured with torch 2.14: the rows of
+# [16, 8] @ [8, 3] differ by 5e-7 from the same rows in [17+, 8] @ [8, 3], on every ATEN_CPU_CAPABILITY). The node
+# attention's prefix products have the node rows as rows and the head dimension or the prefix length as the other two
+# sizes, so a node alone (few rows) and a node beside others (many) could take different kernels: CPU node calls are
+# padded to at least SMALL_BMM / head_dim rows, which keeps every prefix length >= 1 on BLAS.
+SMALL_BMM = 400
 
 
 KERNELS = ("torch", "triton")
@@ -460,8 +467,9 @@ class Attention(nn.Module):
         padded = n
         if qh.device.type == "cpu" and not triton_path:
             # The op multiplies the n * B query rows of a head at once: pad with all-zero nodes (they see only
-            # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads.
-            while (padded * B) % LINEAR_ROWS:
+            # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads, and to
+            # enough rows that the prefix products never take ATen's small-matrix loop (SMALL_BMM).
+            while (padded * B) % LINEAR_ROWS or padded * B * hd < SMALL_BMM:
                 padded += 1
             q_nodes, k_nodes, v_nodes = (F.pad(t, (0, 0, 0, 0, 0, padded - n)) for t in (q_nodes, k_nodes, v_nodes))
         k_prefix, v_prefix = keys[:, :, :prefix], values[:, :, :prefix]
