@@ -37,8 +37,9 @@ def model(arch: str, attn: str = "sdpa", seed: int = 0, scale: float = 30.0, dty
     return m.to(dtype).eval()
 
 
-class IgnoresMask(torch.nn.Module):
-    """A model that drops the attention mask it is given (as some remote-code DLMs do)."""
+class Wrapper(torch.nn.Module):
+    """A model around `inner`, with its config and output embeddings: the base of the wrappers that change what
+    `inner`'s forward is handed or returns."""
 
     def __init__(self, inner):
         super().__init__()
@@ -46,6 +47,10 @@ class IgnoresMask(torch.nn.Module):
 
     def get_output_embeddings(self):
         return self.inner.get_output_embeddings()
+
+
+class IgnoresMask(Wrapper):
+    """A model that drops the attention mask it is given (as some remote-code DLMs do)."""
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
         return self.inner(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values,
@@ -83,16 +88,13 @@ class Float64LM(torch.nn.Module):
         return types.SimpleNamespace(logits=self.head(x))
 
 
-class BatchJitter(torch.nn.Module):
+class BatchJitter(Wrapper):
     """`inner` whose logits move by `size` x the logit scale x (tokens in the call) / 64: a change that follows the
     call's shape, of a chosen size, as rounding in a precision coarser than the logits' does."""
 
     def __init__(self, inner, size: float):
-        super().__init__()
-        self.inner, self.config, self.size = inner, inner.config, size
-
-    def get_output_embeddings(self):
-        return self.inner.get_output_embeddings()
+        super().__init__(inner)
+        self.size = size
 
     def forward(self, input_ids, **kwargs):
         logits = self.inner(input_ids=input_ids, **kwargs).logits
