@@ -44,10 +44,26 @@ $(TF4)/.installed: $(VENV)/.installed
 	$(BIN)/pip install -q --no-deps --upgrade --target $(TF4) $(TF4_PKGS)
 	touch $@
 
+# The numerics-sensitive tests once more at the SIMD levels of a CPU without AVX-512 (docs/half_precision.md, "SIMD
+# levels"): ATEN_CPU_CAPABILITY sets the level of ATen's kernels and of the C++ CPU kernels (csrc/cpu/simd.h) for the
+# process. At AVX2: the C++ kernels against the reference, exactness and batch invariance of the embedded target, the
+# Hugging Face self-check and exactness; at the baseline ISA, where it is cheap: the kernels and the embedded target.
+# Last, the projections' row check on MKL's AVX2 kernels, which an Intel CPU without AVX-512 runs.
+SIMD_AVX2_TESTS    := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/test_select_children.py \
+                      tests/ops/test_expand_frontier.py tests/ops/test_order_logits.py tests/ops/test_tree_attention.py \
+                      tests/runtime/test_half_precision.py tests/runtime/test_batching.py tests/runtime/test_target.py \
+                      tests/runtime/test_decode.py tests/runtime/test_embedded.py $(HF_TESTS)
+SIMD_DEFAULT_TESTS := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/test_select_children.py \
+                      tests/runtime/test_half_precision.py tests/runtime/test_batching.py tests/runtime/test_target.py \
+                      tests/integrations/test_hf.py
+
 test: install $(TF4)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests -q
 	PYTHONPATH=$(TF4) $(BIN)/python -m pytest $(HF_TESTS) -q -p no:cacheprovider -k "not llada2_pipeline and not llada2_drop_in"
+	ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest $(SIMD_AVX2_TESTS) -q -p no:cacheprovider
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest $(SIMD_DEFAULT_TESTS) -q -p no:cacheprovider
+	MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest tests/runtime/test_target.py -q -p no:cacheprovider -k linear_rows
 
 bench: install
 	$(BIN)/python -m spot bench --json bench-decode.json

@@ -101,7 +101,7 @@ setup(
     # any importable folder; listing them keeps their package_data from depending on a deprecated fallback
     + find_namespace_packages(where="python", include=["spot", "spot.*"], exclude=["*.__pycache__"]),
     package_dir={"spot_kernels": "spot_kernels", "spot": "python/spot"},
-    package_data={"spot": ["weights/*", "weights/*/*", "assets/*", "lab/build/*.toml"]},
+    package_data={"spot": ["weights/*", "weights/*/*", "assets/*", "lab/pipeline/*.toml"]},
     include_package_data=True,
     ext_modules=ext_modules,
     cmdclass=cmdclass,

@@ -1,7 +1,13 @@
 """CPU backend (csrc/cpu/, backend="cpu") against the reference on the decoder's shapes, on one thread.
 
     python -m pytest bench/bench_cpu.py --benchmark-only       # pytest-benchmark table (ratios: compare rows)
-    python bench/bench_cpu.py                                   # medians and cpu/reference ratios from one run
+    python bench/bench_cpu.py                                   # every SIMD level this CPU has, cpu vs reference
+    python bench/bench_cpu.py --levels avx2 --cases score       # some levels, the cases whose name starts so
+
+Each SIMD level runs in a process of its own under ATEN_CPU_CAPABILITY=<level>, which sets the level of ATen's
+kernels (the reference's) and of the C++ kernels alike (csrc/cpu/simd.h), so a level's ratio compares the two as an
+AVX2-only (or baseline) CPU would run them. MKL and oneDNN choose their own code paths (MKL_ENABLE_INSTRUCTIONS,
+ONEDNN_MAX_CPU_ISA): the bench pins them to the same level, as such a CPU would have them.
 
 Shapes (issue 20): score at T = 1 and T = 0 for 8 nodes x 32 positions x V = 32,000 float32 logits (goal: cpu at
 least 20x faster than the reference at T = 1), one 151,936-entry row (goal: at most 1 ms), noise_uniform for the
@@ -11,8 +17,11 @@ tree's depth drafts 1 to 4 per row). One intra-op thread (torch.set_num_threads(
 depend on the machine's load balance; SPOT_BENCH_THREADS=n changes that.
 """
 
+import argparse
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import pytest
@@ -102,14 +111,49 @@ def _median(fn, min_time=1.0, min_runs=5):
     return statistics.median(times)
 
 
-def main():
-    print(f"torch {torch.__version__}, {THREADS} thread(s); medians, cpu vs reference in the same process")
-    for case, (op, make) in CASES.items():
+# What a CPU of each level runs: ATen's kernels and the C++ kernels (ATEN_CPU_CAPABILITY), MKL's and oneDNN's.
+LEVEL_ENV = {
+    "default": dict(ATEN_CPU_CAPABILITY="default", MKL_ENABLE_INSTRUCTIONS="SSE4_2", ONEDNN_MAX_CPU_ISA="SSE41"),
+    "avx2": dict(ATEN_CPU_CAPABILITY="avx2", MKL_ENABLE_INSTRUCTIONS="AVX2", ONEDNN_MAX_CPU_ISA="AVX2"),
+    "avx512": dict(ATEN_CPU_CAPABILITY="avx512"),  # the libraries at their best, AVX-512 or above
+}
+
+
+def machine_levels() -> list[str]:
+    """The SIMD levels this CPU can run, lowest first (ATen's own level and those below it)."""
+    order = ["default", "avx2", "avx512"]
+    native = torch.backends.cpu.get_cpu_capability().lower()
+    return order[:order.index(native) + 1] if native in order else ["default"]
+
+
+def run_level(cases):
+    """Time `cases` in this process (at its level); one line per case."""
+    from spot_kernels.extension import cpu_simd_level
+
+    print(f"level {cpu_simd_level()} (ATen {torch.backends.cpu.get_cpu_capability()}), torch {torch.__version__}, "
+          f"{THREADS} thread(s); medians, cpu vs reference in the same process", flush=True)
+    for case in cases:
+        op, make = CASES[case]
         args = make()
         fn = getattr(torch.ops.spot, op)
         cpu = _median(lambda: fn(*args, backend="cpu"))
         ref = _median(lambda: fn(*args, backend="reference"), min_runs=3)
-        print(f"{case:34s} cpu {cpu * 1e3:9.3f} ms   reference {ref * 1e3:9.3f} ms   ratio {ref / cpu:7.1f}x")
+        print(f"{case:34s} cpu {cpu * 1e3:9.3f} ms   reference {ref * 1e3:9.3f} ms   ratio {ref / cpu:7.1f}x",
+              flush=True)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", nargs="+", choices=list(LEVEL_ENV), help="default: every level this CPU has")
+    parser.add_argument("--cases", nargs="+", default=[""], help="case-name prefixes (default: every case)")
+    parser.add_argument("--in-process", action="store_true", help="time at this process's level only (internal)")
+    args = parser.parse_args(argv)
+    cases = [c for c in CASES if any(c.startswith(p) for p in args.cases)]
+    if args.in_process:
+        return run_level(cases)
+    for level in args.levels or machine_levels():
+        subprocess.run([sys.executable, __file__, "--in-process", "--cases", *cases],
+                       env={**os.environ, **LEVEL_ENV[level]}, check=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Weights are scaled so predictions are peaked and drafted trees are accepted; flo
 not hinge on rounding."""
 
 import functools
+import types
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
@@ -36,8 +37,9 @@ def model(arch: str, attn: str = "sdpa", seed: int = 0, scale: float = 30.0, dty
     return m.to(dtype).eval()
 
 
-class IgnoresMask(torch.nn.Module):
-    """A model that drops the attention mask it is given (as some remote-code DLMs do)."""
+class Wrapper(torch.nn.Module):
+    """A model around `inner`, with its config and output embeddings: the base of the wrappers that change what
+    `inner`'s forward is handed or returns."""
 
     def __init__(self, inner):
         super().__init__()
@@ -46,9 +48,58 @@ class IgnoresMask(torch.nn.Module):
     def get_output_embeddings(self):
         return self.inner.get_output_embeddings()
 
+
+class IgnoresMask(Wrapper):
+    """A model that drops the attention mask it is given (as some remote-code DLMs do)."""
+
     def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
         return self.inner(input_ids=input_ids, position_ids=position_ids, past_key_values=past_key_values,
                           use_cache=use_cache)
+
+
+class Float64LM(torch.nn.Module):
+    """A one-layer attention LM that computes every operation in float64 (unlike transformers' models, whose RoPE,
+    RMSNorm and eager softmax run in float32 whatever their dtype), reading a 4D bool mask and position ids. No
+    cache: for the bidirectional layout."""
+
+    def __init__(self, vocab: int = VOCAB, dim: int = 16, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        kw = dict(dtype=torch.float64)
+        self.embed, self.pos = torch.nn.Embedding(vocab, dim, **kw), torch.nn.Embedding(64, dim, **kw)
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False, **kw)
+        self.head = torch.nn.Linear(dim, vocab, bias=False, **kw)
+        with torch.no_grad():
+            self.head.weight.mul_(10.0)
+        self.config = types.SimpleNamespace(_attn_implementation="sdpa", vocab_size=vocab)
+
+    def get_output_embeddings(self):
+        return self.head
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=False):
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1])[None]
+        x = self.embed(input_ids) + self.pos(position_ids)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+        if attention_mask is not None:
+            scores = scores.masked_fill(~attention_mask[:, 0], -torch.inf)
+        x = x + torch.softmax(scores, dim=-1) @ v
+        return types.SimpleNamespace(logits=self.head(x))
+
+
+class BatchJitter(Wrapper):
+    """`inner` whose logits move by `size` x the logit scale x (tokens in the call) / 64: a change that follows the
+    call's shape, of a chosen size, as rounding in a precision coarser than the logits' does."""
+
+    def __init__(self, inner, size: float):
+        super().__init__(inner)
+        self.size = size
+
+    def forward(self, input_ids, **kwargs):
+        logits = self.inner(input_ids=input_ids, **kwargs).logits
+        shift = self.size * (1 + logits.abs().max()) * input_ids.numel() / 64
+        return types.SimpleNamespace(logits=logits + shift)
 
 
 def save_tokenizer(directory, words=VOCAB):

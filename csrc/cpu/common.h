@@ -1,5 +1,6 @@
 // Shared helpers of the CPU C++ kernels (csrc/cpu/<family>.cpp): the coupled noise of docs/noise.md, bit for bit,
-// and the per-row parallel loop. Plain C++; the compiler vectorises what it can (no -march=native, see setup.py).
+// and the per-row parallel loop. Plain C++; the compiler vectorises what it can, at the baseline ISA (no -march, see
+// setup.py) or, in the functions a kernel builds once per SIMD level, at that level (csrc/cpu/simd.h).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -7,6 +8,7 @@
 #include <torch/library.h>
 
 #include "../noise.h"
+#include "simd.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,19 +27,10 @@ using spot_noise::uniform_from_word;
 
 // -log(-log(u)) in the compute dtype A (the float32 uniform converted to A first, as the reference does).
 template <typename A>
-inline A gumbel_from_word(uint32_t w) {
+SPOT_SIMD_INLINE A gumbel_from_word(uint32_t w) {
   const A u = static_cast<A>(uniform_from_word(w));
   return -std::log(-std::log(u));
 }
-
-// SPOT_CPU_CLONES: compile a hot function twice, for the baseline ISA and for AVX2, the loader picking the clone the
-// CPU supports (GCC/Clang function multi-versioning, an ifunc). So the extension needs no -march and still runs 8-wide
-// where it can. Only "avx2" (not "fma"): no multiply-add contraction, the same roundings in both clones.
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
-#define SPOT_CPU_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define SPOT_CPU_CLONES
-#endif
 
 template <typename A>
 constexpr A inf_of() {

@@ -16,8 +16,9 @@
 //   4. the top-K of p = exp(x - max) / S (std::exp), ranked by the computed p (ties: lowest id, like the
 //      reference's), keeping a sorted list and skipping the exp for x below the value that could enter it;
 //   5. the confidence, then per node the commit position.
-// The row function is compiled for the baseline ISA and for AVX2 (SPOT_CPU_CLONES, no -march). Probabilities agree
-// with the reference's to float rounding (tolerance in tests/ops/test_score.py); tokens and top-K ids are equal.
+// The row function is built once per SIMD level and called at the process's level (csrc/cpu/simd.h). Probabilities
+// agree with the reference's to float rounding at every level (tolerance in tests/helpers.py, PROB_TOL); tokens, top-K
+// ids and commit positions are equal.
 
 #include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
@@ -50,7 +51,7 @@ constexpr int64_t kChunk = 1024;  // softmax-sum chunk: summed in the compute dt
 
 // The largest Gumbel value the hash can produce (u = 1 - 2^-24), plus slack for an ulp of log rounding.
 template <typename A>
-A gumbel_max() {
+SPOT_SIMD_INLINE A gumbel_max() {
   static const A g = gumbel_from_word<A>(0xFFFFFFFFu) + A(1e-3);
   return g;
 }
@@ -59,7 +60,7 @@ A gumbel_max() {
 // g = -log(-log(u)) <= -log(eps); eps = (d + 0.5) * 2^-23 with d = 2^23 - 1 - (w >> 9), and
 // -log(eps) <= (23 - floor(log2(d + 0.5))) * log(2), the floor read from the exponent bits of the exact float d + 0.5.
 // Pure integer / float arithmetic, so the chunk loops below vectorise. Slack covers log rounding.
-inline float gumbel_upper(uint32_t w) {
+SPOT_SIMD_INLINE float gumbel_upper(uint32_t w) {
   const float f = static_cast<float>(static_cast<int32_t>(0x7FFFFFu - (w >> 9))) + 0.5f;
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof(bits));
@@ -72,7 +73,7 @@ inline float gumbel_upper(uint32_t w) {
 // that the softmax-sum loop vectorises without -fno-trapping-math. `arg` receives the clamped argument (finite),
 // for sums of e * (x - m) that must stay 0 where e is. Used only for the denominator S and the entropy sum;
 // reported probabilities use std::exp.
-inline float exp_nonpos(float x, float& arg) {
+SPOT_SIMD_INLINE float exp_nonpos(float x, float& arg) {
   uint32_t b;
   std::memcpy(&b, &x, sizeof(b));
   const uint32_t lim = 0xC2AE999Au;  // the bits of -87.3f; for x <= 0 larger bits mean a smaller x
@@ -97,7 +98,7 @@ inline float exp_nonpos(float x, float& arg) {
   std::memcpy(&scale, &scale_bits, sizeof(scale));
   return y * scale;
 }
-inline double exp_nonpos(double x, double& arg) {
+SPOT_SIMD_INLINE double exp_nonpos(double x, double& arg) {
   arg = x > -1e300 ? x : 0.0;  // -inf: e = 0 and e * arg = 0
   return std::exp(x);
 }
@@ -113,7 +114,7 @@ struct RowOut {
 // The smallest x that can still give p = exp(x - m) / S above `tail`, minus a margin far above the rounding of
 // x - m, exp and the division (only used when tail is a normal number).
 template <typename A>
-A skip_threshold(A tail, A m, A log_sum) {
+SPOT_SIMD_INLINE A skip_threshold(A tail, A m, A log_sum) {
   const A tiny = sizeof(A) == 4 ? A(1e-30) : A(1e-300);
   if (!(tail >= tiny)) return -inf_of<A>();
   const A lt = std::log(tail) + log_sum;
@@ -122,7 +123,7 @@ A skip_threshold(A tail, A m, A log_sum) {
 
 // Any of the kLanes entries at x is >= threshold (vectorised pre-test of a chunk).
 template <typename A>
-inline bool any_at_least(const A* x, A threshold) {
+SPOT_SIMD_INLINE bool any_at_least(const A* x, A threshold) {
   int any = 0;
 #pragma omp simd reduction(| : any)
   for (int l = 0; l < kLanes; ++l) any |= x[l] >= threshold;
@@ -131,8 +132,9 @@ inline bool any_at_least(const A* x, A threshold) {
 
 // One row. buf holds at least `padded` (a multiple of kLanes) elements; entries past `vocab` are set to -inf.
 template <typename S, typename A>
-SPOT_CPU_CLONES void score_row(const S* in, int64_t vocab, int64_t padded, bool tempered, A temp, uint32_t key, int kind,
-               int64_t top_k, A* x, std::vector<A>& list_p, std::vector<int64_t>& list_id, const RowOut<A>& out) {
+SPOT_SIMD_INLINE void score_row_body(const S* in, int64_t vocab, int64_t padded, bool tempered, A temp, uint32_t key,
+                                     int kind, int64_t top_k, A* x, std::vector<A>& list_p,
+                                     std::vector<int64_t>& list_id, const RowOut<A>& out) {
   // x = logits.to(cdtype) / T
   if (tempered) {
     for (int64_t v = 0; v < vocab; ++v) x[v] = static_cast<A>(in[v]) / temp;
@@ -286,6 +288,9 @@ SPOT_CPU_CLONES void score_row(const S* in, int64_t vocab, int64_t padded, bool 
   }
 }
 
+// score_row(...): score_row_body built for each SIMD level, called at the process's level.
+SPOT_SIMD_LEVELS(score_row, score_row_body)
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> score_cpu(
     const at::Tensor& logits_in, const at::Tensor& masked_in, int64_t seed, const at::Tensor& rows_in,
     const at::Tensor& block_start_in, const at::Tensor& steps_in, double temperature, c10::string_view confidence,
@@ -361,8 +366,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> score_cpu
         const int64_t j = r - node * block;
         const uint32_t key = tempered ? row_key(skey, r_ptr[node], b_ptr[node] + j, s_ptr[node]) : 0u;
         const RowOut<A> out{tok_ptr + r, conf_ptr + r, p_ptr + r * top_k, id_ptr + r * top_k};
-        score_row<S, A>(in + r * vocab, vocab, padded, tempered, temp, key, kind, top_k, buf.data(), list_p, list_id,
-                        out);
+        score_row(in + r * vocab, vocab, padded, tempered, temp, key, kind, top_k, buf.data(), list_p, list_id, out);
       }
     });
     // commit_pos: the masked, valid position with the highest confidence, ties lowest position, -1 when none.

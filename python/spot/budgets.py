@@ -4,7 +4,7 @@ A pass over N nodes yields on average c(N) commits (c grows with N and saturates
 time plus o(N) of drafting and verification, so decoding runs at about c(N) / (t(N) + o(N)) commits per second:
 on a GPU, where a memory-bound pass carries extra nodes nearly free, t(N) is nearly flat up to tens of nodes; on a
 CPU a pass's cost grows about linearly with nodes x block tokens, and the two choose very different budgets.
-`spot build tune` (spot.lab.build.tune) decodes with every candidate budget, budget 1 (the root alone, standard
+`spot build tune` (spot.lab.pipeline.tune) decodes with every candidate budget, budget 1 (the root alone, standard
 decoding's cost) included, and records the one with the highest measured tokens/s; `default_budget` reads it
 back from budgets.json.
 

@@ -528,7 +528,7 @@ INTERRUPTED = 130  # the exit status of a command ended by SIGINT (128 + 2), as 
 
 def _run(argv) -> int:
     if argv[:1] == ["build"]:  # the pipeline's own parser; imported only here, never by `import spot`
-        from .lab.build.cli import main as build_main
+        from .lab.pipeline.cli import main as build_main
         return build_main(argv[1:])
     args = build_parser().parse_args(argv)
     return args.func(args)

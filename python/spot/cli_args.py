@@ -1,5 +1,5 @@
-"""Command-line pieces shared by `spot` (spot/cli.py) and `spot build` (spot/lab/build/cli.py): the parser class whose
-errors are one line, which target to load, which device, and how a prompts file reads. Here rather than in
+"""Command-line pieces shared by `spot` (spot/cli.py) and `spot build` (spot/lab/pipeline/cli.py): the parser class
+whose errors are one line, which target to load, which device, and how a prompts file reads. Here rather than in
 spot/cli.py, which routes `spot build` to the pipeline's parser: the pipeline importing spot/cli.py back would close
 an import cycle."""
 

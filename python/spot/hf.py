@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 import spot_kernels
 
@@ -37,8 +39,15 @@ ADDITIVE_MASK_ATTENTION = ("eager", "flex_attention")  # add the mask to the sco
 # How a model reads the 4D mask it is handed: bool (True = attend), additive (0 / -inf added to the scores), float
 # (1.0 = attend, 0.0 = hidden: remote code that converts it itself), or none (the model takes no mask: LLaDA).
 MASK_FORMS = ("bool", "additive", "float", "none")
-# Self-check tolerance on logits, relative to the largest logit: far above batch-composition rounding, far below
-# the O(1) changes of a node that sees another node or a pad.
+# Self-check tolerance on logits, relative to the logit scale (1 + the largest |logit|), by the precision the model
+# computes in (`HFTarget.compute_dtype`), not the dtype of its logits: a float64 transformers model computes its RoPE,
+# RMSNorm and (eager attention) softmax in float32, whose rounding follows the call's shapes and ATen's SIMD path, so
+# a node's float64 logits move by a few float32 ulps with the other nodes of a pass (measured on the tiny test models:
+# up to 9e-8 of the scale under ATEN_CPU_CAPABILITY=avx2, 2.5e-7 for float32 models, 5.4e-3 for bfloat16). A semantic
+# fault (the mask ignored or misread, positions ignored) moves them by order one (0.17 to 0.21 of the scale on the same
+# models). Each tolerance lies within a factor 3 of sqrt(eps) of its precision, the geometric middle between its
+# rounding (about eps) and order one, so a factor of about 1 / sqrt(eps) separates it from either; the half-precision
+# ones, where that factor is only about 10, sit 9x above the measured rounding and 3.4x below the smallest fault.
 CHECK_TOLERANCE = {torch.float64: 1e-8, torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 5e-2}
 
 
@@ -102,6 +111,7 @@ class HFTarget(Target):
         self.mask_id, self.eos_id = mask_id, eos_id
         self.pad_id = mask_id if pad_id is None else pad_id
         self._checked = not self_check
+        self._compute_dtype = None  # measured on first use (`compute_dtype`)
         # What the forward takes is read once, not on every pass: transformers >= 5.24 names the cache `cache`
         # (earlier versions `past_key_values`), and `logits_to_keep` spares the LM head the prefix rows.
         self._cache_kwarg = "cache" if _accepts(model, "cache") else "past_key_values"
@@ -114,6 +124,37 @@ class HFTarget(Target):
     @property
     def dtype(self) -> torch.dtype:
         return next(p for p in self.model.parameters() if p.is_floating_point()).dtype
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The coarsest floating dtype the model's forward computes in: of every tensor an operation returns in one
+        forward over a few tokens (0-dim constants aside), and of the logits. Measured once. float32 for a float64
+        transformers model, whose RoPE, RMSNorm and eager attention's softmax run in float32 whatever its dtype: its
+        float64 logits carry float32 rounding. The self-check's tolerance and the decoder's batch-invariance warning
+        follow it."""
+        if self._compute_dtype is None:
+            self._compute_dtype = self._measure_compute_dtype()
+        return self._compute_dtype
+
+    def _measure_compute_dtype(self) -> torch.dtype:
+        L = 4
+        ids = torch.tensor([[self._probe_token(i) for i in range(L)]], device=self.device)
+        full = torch.ones((1, 1, L, L), dtype=torch.bool, device=self.device)
+        recorder = _FloatDtypes()
+        try:
+            with recorder:
+                logits = self.forward(ids, full, torch.arange(L, device=self.device)[None])
+        except IncompatibleModelError:
+            raise
+        except (RuntimeError, NotImplementedError):
+            # an operation the recording mode cannot run through (a higher-order op such as flex_attention):
+            # assume the float32 of transformers' RoPE and norms, or the model's own dtype if coarser
+            return coarsest((self.dtype, torch.float32))
+        return coarsest(recorder.dtypes | {logits.dtype})
+
+    def check_tolerance(self) -> float:
+        """The self-check's tolerance (relative to the logit scale) for the precision the model computes in."""
+        return CHECK_TOLERANCE.get(self.compute_dtype, CHECK_TOLERANCE[torch.bfloat16])
 
     def start(self, prompts, max_new_tokens, block_size, *, backend: str = "auto") -> Session:
         if not self._checked:
@@ -251,8 +292,7 @@ class HFTarget(Target):
         b[-1] = self._probe_token(7)
         together, only_a, only_b = self._probe([short, long], B, [[a, b], [a], [b]])
         alone = self._probe([short], B, [[a, b]])[0] if padded else together[:1]
-        # the tolerance of the logits' own dtype (LLaDA2 returns float32 logits from a float64 model)
-        tol = CHECK_TOLERANCE.get(together.dtype, 1e-3)
+        tol = self.check_tolerance()  # the precision the model computes in, not its logits' dtype
         together, only_a, only_b, alone = (x.double() for x in (together, only_a, only_b, alone))
         for name, x in (("together", together), ("apart", only_a), ("alone", alone)):
             if _non_finite(x):
@@ -294,7 +334,7 @@ class HFTarget(Target):
         full = torch.ones((1, 1, L, L), dtype=torch.bool, device=self.device)
         arange = torch.arange(L, device=self.device)[None]
         base = self.forward(ids, full, arange)
-        tol = CHECK_TOLERANCE.get(base.dtype, 1e-3) * (1.0 + base.double().nan_to_num(0.0, 0.0, 0.0).abs().max().item())
+        tol = self.check_tolerance() * (1.0 + base.double().nan_to_num(0.0, 0.0, 0.0).abs().max().item())
         base = base.double()
         if own != "none":
             alone = full.clone()
@@ -419,6 +459,27 @@ class BidirectionalSession(_LeftPadded):
         s = self.start_slot
         self.ids[:, s:s + block.shape[1]] = block.to(self.ids.device)
         self.start_slot = s + block.shape[1]
+
+
+def coarsest(dtypes) -> torch.dtype:
+    """The floating dtype of largest machine epsilon among `dtypes` (bfloat16 > float16 > float32 > float64)."""
+    return max(dtypes, key=lambda d: torch.finfo(d).eps)
+
+
+class _FloatDtypes(TorchDispatchMode):
+    """Records the real dtype of every floating or complex tensor an operation returns, 0-dim tensors aside (a
+    constant such as an epsilon does not set the precision of the tensors it meets: type promotion ignores it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes: set = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and (t.is_floating_point() or t.is_complex()):
+                self.dtypes.add(t.dtype.to_real())
+        return out
 
 
 def _non_finite(logits: torch.Tensor) -> bool:

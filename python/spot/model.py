@@ -23,6 +23,7 @@ receives as an argument.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, fields
 from typing import NamedTuple
@@ -74,10 +75,23 @@ class ModelConfig:
 
 # CPU matrix multiplies take another kernel, with another summation order, for a call of few rows (measured with
 # the MKL sgemm of torch 2.14: a row's float32 result differs in the last bits between calls of 1-11 rows and
-# calls of 12 or more), so a node scored alone could differ from the same node scored beside others. Padding every
-# CPU call to a multiple of LINEAR_ROWS rows (zeros, dropped after) keeps every row on the many-row kernel, whose
-# result for a row depends neither on the row's place in the call nor on the other rows.
+# calls of 12 or more), so a node scored alone could differ from the same node scored beside others. Every CPU call
+# is padded to a multiple of LINEAR_ROWS rows (zeros, dropped after) and holds at most LINEAR_BLOCK rows (a larger
+# one is split), and `linear` checks on this machine, the first time it uses a weight shape and a row count, that a
+# row's result does not depend on the call (`_call_rows`). MKL's AVX-512 kernels pass every check measured; its AVX2
+# kernels (an AVX2-only Intel CPU, or MKL_ENABLE_INSTRUCTIONS=AVX2) sum a row otherwise in some calls (measured: the
+# last 2 rows of a 32-row call for every shape tried, and from 64 rows on every row of the 768 -> 256 projection):
+# those calls go in blocks of LINEAR_ROWS rows (about 3x slower on the embedded model's MLP at 512 rows under MKL's
+# AVX2 kernels, measured here).
 LINEAR_ROWS = 16
+LINEAR_BLOCK = 256
+# ATen's bmm multiplies each matrix of a batch with a plain loop when contraction x rows x columns < 400, and through
+# BLAS otherwise (aten/src/ATen/native/LinearAlgebra.cpp, bmm_out_or_baddbmm_; measured with torch 2.14: the rows of
+# [16, 8] @ [8, 3] differ by 5e-7 from the same rows in [17+, 8] @ [8, 3], on every ATEN_CPU_CAPABILITY). The node
+# attention's prefix products have the node rows as rows and the head dimension or the prefix length as the other two
+# sizes, so a node alone (few rows) and a node beside others (many) could take different kernels: CPU node calls are
+# padded to at least SMALL_BMM / head_dim rows, which keeps every prefix length >= 1 on BLAS.
+SMALL_BMM = 400
 
 
 KERNELS = ("torch", "triton")
@@ -153,7 +167,33 @@ def linear(x: torch.Tensor, weight: torch.Tensor, kernels: Kernels = TORCH) -> t
     padded = max(LINEAR_ROWS, -(-m // LINEAR_ROWS) * LINEAR_ROWS)
     if padded != m:
         rows = torch.cat((rows, rows.new_zeros(padded - m, rows.shape[1])))
-    return F.linear(rows, weight)[:m].reshape(*x.shape[:-1], weight.shape[0])
+    k, n = weight.shape[1], weight.shape[0]
+    if torch.compiler.is_compiling():  # a traced pass: its row count may be symbolic, one call as before the checks
+        return F.linear(rows, weight)[:m].reshape(*x.shape[:-1], n)
+    parts = []
+    for part in (rows,) if padded <= LINEAR_BLOCK else rows.split(LINEAR_BLOCK):
+        step = _call_rows(k, n, x.dtype, torch.get_num_threads(), part.shape[0])
+        parts += [F.linear(part, weight)] if step == part.shape[0] else [F.linear(p, weight) for p in part.split(step)]
+    out = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return out[:m].reshape(*x.shape[:-1], n)
+
+
+@functools.lru_cache(maxsize=None)
+def _call_rows(k: int, n: int, dtype: torch.dtype, threads: int, count: int) -> int:
+    """How many rows each library call takes when `linear` multiplies `count` rows (a multiple of LINEAR_ROWS, at
+    most LINEAR_BLOCK) by a weight [n, k], checked on this machine once per shape, dtype, intra-op thread count (it
+    may change the library's split) and count, on fixed random rows: `count` when every row of the call equals the
+    same row in LINEAR_ROWS-row calls and a row of a LINEAR_ROWS-row call is the same at every place of it;
+    LINEAR_ROWS when only the latter holds; 1 (the same kernel for every row by construction) when neither does."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(max(count, 2 * LINEAR_ROWS), k, generator=g).to(dtype)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    r = LINEAR_ROWS  # this row sits at place r - i of the call starting at row i
+    at_zero = F.linear(x[r:r + LINEAR_ROWS], w)[0]
+    if not all(torch.equal(F.linear(x[i:i + LINEAR_ROWS], w)[r - i], at_zero) for i in range(1, LINEAR_ROWS)):
+        return 1
+    blocks = torch.cat([F.linear(p, w) for p in x[:count].split(LINEAR_ROWS)])
+    return count if torch.equal(F.linear(x[:count], w), blocks) else LINEAR_ROWS
 
 
 class RMSNorm(nn.Module):
@@ -460,8 +500,9 @@ class Attention(nn.Module):
         padded = n
         if qh.device.type == "cpu" and not triton_path:
             # The op multiplies the n * B query rows of a head at once: pad with all-zero nodes (they see only
-            # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads.
-            while (padded * B) % LINEAR_ROWS:
+            # themselves and are dropped) to a multiple of LINEAR_ROWS rows, for the reason `linear` pads, and to
+            # enough rows that the prefix products never take ATen's small-matrix loop (SMALL_BMM).
+            while (padded * B) % LINEAR_ROWS or padded * B * hd < SMALL_BMM:
                 padded += 1
             q_nodes, k_nodes, v_nodes = (F.pad(t, (0, 0, 0, 0, 0, padded - n)) for t in (q_nodes, k_nodes, v_nodes))
         k_prefix, v_prefix = keys[:, :, :prefix], values[:, :, :prefix]

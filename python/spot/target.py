@@ -131,16 +131,24 @@ _warned: set = set()
 
 
 def warn_if_not_batch_invariant(target: Target, logits_dtype: torch.dtype) -> None:
-    """Warn once per (target class, dtype) when decoding a target that does not declare `batch_invariant` with
-    logits coarser than float64: its node logits may change in the last bits with the other nodes of the pass, so
-    `spot` / `confidence` tokens may then differ from `standard` at near-ties (docs/half_precision.md)."""
-    if getattr(target, "batch_invariant", False) or logits_dtype == torch.float64:
+    """Warn once per (target class, dtype) when decoding a target that does not declare `batch_invariant` and
+    computes in a precision coarser than float64 (its logits' dtype, or its `compute_dtype` where it has one and that
+    is coarser: a float64 Hugging Face model computes in float32 in places, `HFTarget.compute_dtype`): its node logits
+    may change in the last bits with the other nodes of the pass, so `spot` / `confidence` tokens may then differ from
+    `standard` at near-ties (docs/half_precision.md)."""
+    if getattr(target, "batch_invariant", False):
         return
-    key = (type(target), logits_dtype)
+    dtype = logits_dtype
+    compute = getattr(target, "compute_dtype", None)
+    if isinstance(compute, torch.dtype) and torch.finfo(compute).eps > torch.finfo(dtype).eps:
+        dtype = compute
+    if dtype == torch.float64:
+        return
+    key = (type(target), dtype)
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(f"{type(target).__name__} does not declare batch_invariant = True and scores in {logits_dtype}: "
+    warnings.warn(f"{type(target).__name__} does not declare batch_invariant = True and computes in {dtype}: "
                   "a node's logits may differ in the last bits between a pass over one node and a pass over many, "
                   "so speculative decoding is exact only up to such near-ties (docs/half_precision.md)",
                   UserWarning, stacklevel=2)

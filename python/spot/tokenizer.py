@@ -3,7 +3,7 @@
 Ids 0, 1, 2 are the special tokens ``<|pad|>``, ``<|eos|>``, ``<|mask|>``; then the 256 byte symbols; then merges.
 No normaliser, no lowercasing: decode(encode(text)) == text. The pre-tokeniser keeps a newline together with the
 indentation that follows it, keeps ``snake_case`` identifiers whole, and splits numbers into single digits.
-Training it, and encoding a corpus for target training, is the offline pipeline's job (`spot.lab.build.tokenizer`).
+Training it, and encoding a corpus for target training, is the offline pipeline's job (`spot.lab.pipeline.tokenizer`).
 """
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """spot.HFTarget: SPOT on transformers models (docs/integrations.md). Exactness against `standard` on tiny random
 Qwen3 and Llama models in both layouts, the mask self-check, cache hygiene, and loading a checkpoint directory."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -9,7 +11,8 @@ pytest.importorskip("transformers")
 import helpers  # noqa: E402
 import hf_tiny  # noqa: E402
 import spot  # noqa: E402
-from spot.hf import HFTarget, load_hf_target  # noqa: E402
+import spot.target  # noqa: E402
+from spot.hf import HFTarget, SelfCheckError, load_hf_target  # noqa: E402
 from spot.order_model import LearnedDrafter, OrderModel, OrderModelConfig  # noqa: E402
 
 ARCHS = ("qwen3", "llama")
@@ -63,9 +66,15 @@ def test_nodes_scored_together_equal_apart(layout):
     for i in range(4):
         nodes[:, i, : 2 * i] = torch.arange(3, 3 + 2 * i)
     together = t.start(hf_tiny.PROMPTS, B, B).score(nodes)
+    # The float64 model computes its RoPE and RMSNorm in float32 (t.compute_dtype), whose rounding may follow the
+    # call's shapes: nodes agree to float32 rounding, not float64's. Measured: equal here at every SIMD level, and
+    # up to 0.8 float32 ulp of the logit scale for eager attention (its float32 softmax); 8 ulps leave 10x room,
+    # four decades below the order-one change of a node that sees another.
+    assert t.compute_dtype == torch.float32
+    tol = 8 * torch.finfo(t.compute_dtype).eps * (1 + together.abs().max().item())
     for i in range(4):
         apart = t.start(hf_tiny.PROMPTS, B, B).score(nodes[:, i:i + 1])
-        torch.testing.assert_close(together[:, i:i + 1], apart, rtol=1e-9, atol=1e-9)
+        torch.testing.assert_close(together[:, i:i + 1], apart, rtol=0, atol=tol)
 
 
 def test_block_causal_cache_keeps_only_the_prefix():
@@ -97,6 +106,46 @@ def test_a_model_that_ignores_the_mask_is_refused(layout):
     t = HFTarget(hf_tiny.IgnoresMask(hf_tiny.model("qwen3")), layout, mask_id=hf_tiny.MASK_ID)
     with pytest.raises(ValueError, match="self-check"):
         spot.generate(t, hf_tiny.PROMPTS, "standard", max_new_tokens=8, block_size=4)
+
+
+def test_the_self_check_tolerance_follows_the_precision_the_model_computes_in():
+    """A float64 transformers model computes its RoPE, RMSNorm and eager softmax in float32 (HFTarget.compute_dtype),
+    so its self-check allows float32 rounding; a model computing in float64 throughout is held to float64's. The
+    same change with the call's shape, 1e-6 of the logit scale (float32 rounding's order), passes the first and is
+    refused in the second as batch-dependent numerics; a model that ignores its mask is refused in both."""
+    def bidirectional(model):
+        return HFTarget(model, "bidirectional", mask_id=hf_tiny.MASK_ID)
+
+    pure, float64_eager = hf_tiny.Float64LM(), hf_tiny.model("llama", "eager")
+    assert bidirectional(pure).compute_dtype == torch.float64
+    assert bidirectional(float64_eager).compute_dtype == torch.float32
+    assert bidirectional(hf_tiny.model("llama", "sdpa")).compute_dtype == torch.float32  # RoPE, RMSNorm
+    assert bidirectional(hf_tiny.model("llama", "sdpa", dtype=torch.bfloat16)).compute_dtype == torch.bfloat16
+    bidirectional(pure).self_check(4)
+    bidirectional(hf_tiny.BatchJitter(float64_eager, 1e-6)).self_check(4)
+    with pytest.raises(SelfCheckError, match="change by") as refused:
+        bidirectional(hf_tiny.BatchJitter(pure, 1e-6)).self_check(4)
+    assert refused.value.cause == "batch-dependent numerics"
+    for model in (pure, float64_eager):
+        with pytest.raises(SelfCheckError) as refused:
+            bidirectional(hf_tiny.IgnoresMask(model)).self_check(4)
+        assert refused.value.cause == "mask ignored", model
+
+
+def test_decoding_a_float64_transformers_model_warns_of_its_float32_compute(monkeypatch):
+    """Float64 logits computed partly in float32 may move by float32 ulps with the other nodes of a pass: the decoder
+    warns that decoding is exact only up to near-ties, as for float32 logits; a model computing in float64 throughout
+    is not warned about."""
+    def warned(model):
+        monkeypatch.setattr(spot.target, "_warned", set())
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            spot.generate(HFTarget(model, "bidirectional", mask_id=hf_tiny.MASK_ID), hf_tiny.PROMPTS[:1],
+                          "confidence", max_new_tokens=4, block_size=4, eos_id=None)
+        return [str(w.message) for w in caught if "batch_invariant" in str(w.message)]
+
+    assert any("computes in torch.float32" in m for m in warned(hf_tiny.model("llama", "eager")))
+    assert warned(hf_tiny.Float64LM()) == []
 
 
 def test_the_self_check_passes_a_model_that_applies_it():
@@ -221,7 +270,7 @@ def test_collect_and_train_a_drafter_for_a_checkpoint(checkpoint, tmp_path):
 
 def test_collect_stores_wide_vocabularies_as_int32(tmp_path):
     from safetensors import safe_open
-    from spot.lab.build.collect import collect
+    from spot.lab.pipeline.collect import collect
 
     t = HFTarget(hf_tiny.wide_model(), "block_causal", mask_id=40000, self_check=False)
     (path,) = collect(t, [[5, 6, 7]], tmp_path, block_sizes=(4,), temperatures=(0.0,), max_new_tokens=4,

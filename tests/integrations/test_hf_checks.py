@@ -25,15 +25,12 @@ def _target(layout="block_causal", **kwargs):
     return HFTarget(hf_tiny.model("qwen3"), layout, **kwargs)
 
 
-class _Logits(torch.nn.Module):
+class _Logits(hf_tiny.Wrapper):
     """The tiny model with its logits cut to `width` columns, or padded to it."""
 
     def __init__(self, inner, width):
-        super().__init__()
-        self.inner, self.config, self.width = inner, inner.config, width
-
-    def get_output_embeddings(self):
-        return self.inner.get_output_embeddings()
+        super().__init__(inner)
+        self.width = width
 
     def forward(self, input_ids, **kwargs):
         logits = self.inner(input_ids=input_ids, **kwargs).logits

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from spot.lab.bench import run_bench
-from spot.lab.build.collect import collect
+from spot.lab.pipeline.collect import collect
 from spot.cli import main
 from spot.loading import load_target
 

@@ -17,10 +17,10 @@ import spot
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
-from spot.lab.build.cli import main as build_main
-from spot.lab.build.collect import collect
-from spot.lab.build.prompts import build_prompts
-from spot.lab.build.train_drafter import DrafterTrainConfig, Trajectories, train_drafter
+from spot.lab.pipeline.cli import main as build_main
+from spot.lab.pipeline.collect import collect
+from spot.lab.pipeline.prompts import build_prompts
+from spot.lab.pipeline.train_drafter import DrafterTrainConfig, Trajectories, train_drafter
 from spot.cli import main
 from spot.loading import atomic_write_text
 from spot.order_model import OrderModel, save_order_model

@@ -1,4 +1,4 @@
-"""Building the order drafter (spot.lab.build): trajectory collection, training data, training, evaluation, the
+"""Building the order drafter (spot.lab.pipeline): trajectory collection, training data, training, evaluation, the
 `spot build collect|drafter|evaluate` commands and the prompts they take."""
 
 import json
@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file
-from spot.lab.build.collect import collect
-from spot.lab.build.prompts import TUNE_POOL, TUNE_RESERVE, build_prompts, training_prompts
-from spot.lab.build.train_drafter import (
+from spot.lab.pipeline.collect import collect
+from spot.lab.pipeline.prompts import TUNE_POOL, TUNE_RESERVE, build_prompts, training_prompts
+from spot.lab.pipeline.train_drafter import (
     DrafterTrainConfig,
     Trajectories,
     evaluate,

@@ -11,9 +11,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from spot.lab.build import corpus
-from spot.lab.build.corpus import (build_corpus, check_math_text, chunk_python_source, math_problem, read_documents,
-                                   split_of)
+from spot.lab.pipeline import corpus
+from spot.lab.pipeline.corpus import (build_corpus, check_math_text, chunk_python_source, math_problem,
+                                      read_documents, split_of)
 
 SMALL = dict(total_mb=0.25, max_files=6, heldout_fraction=0.2)
 
@@ -188,9 +188,9 @@ def test_long_class_is_chunked_into_valid_python():
 
 @pytest.fixture(scope="module")
 def tokenizer_mod():
-    # Skips only the tokenizer tests where spot.lab.build.tokenizer is absent (a module-level importorskip skipped the
-    # whole file, the corpus tests included).
-    return pytest.importorskip("spot.lab.build.tokenizer")
+    # Skips only the tokenizer tests where spot.lab.pipeline.tokenizer is absent (a module-level importorskip skipped
+    # the whole file, the corpus tests included).
+    return pytest.importorskip("spot.lab.pipeline.tokenizer")
 
 
 @pytest.fixture(scope="module")

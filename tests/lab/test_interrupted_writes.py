@@ -6,8 +6,8 @@ uninterrupted run and refuses another run's checkpoint (issue #18, item 1)."""
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from spot.lab.build.collect import collect
-from spot.lab.build.train_drafter import DrafterTrainConfig, Trajectories, train_drafter
+from spot.lab.pipeline.collect import collect
+from spot.lab.pipeline.train_drafter import DrafterTrainConfig, Trajectories, train_drafter
 from spot.cli import main
 from spot.loading import load_target
 from spot.model import BlockDiffusionLM
@@ -73,7 +73,7 @@ def test_item1_collect_shard_write_is_atomic(tmp_path, monkeypatch):
     kw = dict(block_sizes=(4,), temperatures=(0.0,), max_new_tokens=4, batch_size=3, seed=3, top_k=8, progress=False)
     (path,) = collect(target, COLLECT_PROMPTS, tmp_path, **kw)
     before = load_file(str(path))
-    monkeypatch.setattr("spot.lab.build.collect.save_file", _interrupted_save_file)
+    monkeypatch.setattr("spot.lab.pipeline.collect.save_file", _interrupted_save_file)
     with pytest.raises(KeyboardInterrupt):
         collect(target, COLLECT_PROMPTS, tmp_path, **{**kw, "seed": 4})
     monkeypatch.undo()
@@ -87,7 +87,7 @@ def test_item1_train_target_checkpoint_is_consistent_when_interrupted(tmp_path, 
     still resumes with the step that belongs to the weights it loads."""
     from pathlib import Path
 
-    from spot.lab.build.train_target import TrainConfig, _load_checkpoint, _save_checkpoint
+    from spot.lab.pipeline.train_target import TrainConfig, _load_checkpoint, _save_checkpoint
 
     def model_and_opt(seed):
         torch.manual_seed(seed)
@@ -126,11 +126,11 @@ def _train(out, **kw):
 
 
 class _LossSpy:
-    """Counts the training steps of spot.lab.build.train_drafter (one loss call each) and, past `limit`, raises
+    """Counts the training steps of spot.lab.pipeline.train_drafter (one loss call each) and, past `limit`, raises
     KeyboardInterrupt as a Ctrl-C would."""
 
     def __init__(self, monkeypatch, limit=None):
-        import spot.lab.build.train_drafter as td
+        import spot.lab.pipeline.train_drafter as td
 
         self.calls, self.limit, real = 0, limit, td.order_loss
 

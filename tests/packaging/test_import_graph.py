@@ -123,7 +123,7 @@ def test_the_graph_is_read():
     assert graph["spot_kernels.extension"] == {"spot_kernels._C"}  # `from . import _C`: the compiled module
     assert "spot.decode" in graph["spot"]
     assert "spot_kernels" in graph["spot.decode"]  # across the two packages
-    assert "spot.lab.build.cli" in graph["spot.cli"]  # a call-time import counts
+    assert "spot.lab.pipeline.cli" in graph["spot.cli"]  # a call-time import counts
     assert sum(len(targets) for targets in graph.values()) > 100
 
 
@@ -135,7 +135,7 @@ def test_the_runtime_does_not_import_the_lab():
     assert "spot.decode" in runtime and "spot.lab.bench" in graph
     assert {m: sorted(t for t in graph[m] if t.startswith("spot.lab")) for m in runtime
             if any(t.startswith("spot.lab") for t in graph[m])} == {}
-    assert {"spot.lab.bench", "spot.lab.demo", "spot.lab.project", "spot.lab.build.cli"} <= graph["spot.cli"]
+    assert {"spot.lab.bench", "spot.lab.demo", "spot.lab.project", "spot.lab.pipeline.cli"} <= graph["spot.cli"]
 
 
 def test_cycles_are_found():

@@ -2,6 +2,7 @@
 benchmarking, projection, plotting, the demo), and nothing the pipeline writes lands in the installed package by
 default."""
 
+import fnmatch
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import spot
-from spot.lab.build.cli import main as build_main
+from spot.lab.pipeline.cli import main as build_main
 from spot.cli import main
 
 PACKAGE = Path(spot.__file__).parent
@@ -37,13 +38,13 @@ def test_import_spot_loads_no_lab_module():
 
 
 def test_generate_runs_with_the_build_pipeline_blocked():
-    """A finder that refuses every spot.lab.build module: decoding (every method) and the user CLI still work."""
+    """A finder that refuses every spot.lab.pipeline module: decoding (every method) and the user CLI still work."""
     done = _run("""
         import sys
 
         class Refuse:
             def find_spec(self, name, path=None, target=None):
-                if name == "spot.lab.build" or name.startswith("spot.lab.build."):
+                if name == "spot.lab.pipeline" or name.startswith("spot.lab.pipeline."):
                     raise ImportError(f"blocked: {name}")
                 return None
 
@@ -60,12 +61,12 @@ def test_generate_runs_with_the_build_pipeline_blocked():
         assert main(["generate", "--target", "random", "--max-new-tokens", "4", "--block-size", "4",
                      "--methods", "standard", "--budget", "auto"]) == 0
         try:
-            import spot.lab.build.cli
+            import spot.lab.pipeline.cli
         except ImportError as err:
             print("refused:", err)
     """)
     assert done.returncode == 0, done.stderr
-    assert "refused: blocked: spot.lab.build" in done.stdout  # the finder was really in the way
+    assert "refused: blocked: spot.lab.pipeline" in done.stdout  # the finder was really in the way
 
 
 @pytest.mark.parametrize("step", [["drafter", "--data", "{tmp}"], ["tune", "--dry-run"], ["prompts"],
@@ -84,7 +85,7 @@ def test_build_refuses_to_write_into_the_package(step, tmp_path, capsys):
 
 def test_build_defaults_chain_under_the_working_folder():
     """Each step's default output is the next step's default input, under .cache/ (never the package)."""
-    from spot.lab.build.cli import build_parser
+    from spot.lab.pipeline.cli import build_parser
 
     parser = build_parser()
 
@@ -105,3 +106,26 @@ def test_user_cli_delegates_build(capsys):
         main(["build", "--help"])
     assert done.value.code == 0
     assert "corpus" in capsys.readouterr().out
+
+
+
+# What tools treat as build output and skip or delete: setuptools' and pip's build/ and dist/, `make clean`, most
+# .gitignore templates, and pytest's norecursedirs (build, dist, *.egg, venv, ...). A source folder so named drops out
+# of test collection, linting or packaging without a word (the pipeline once lived in spot/lab/build/).
+OUTPUT_NAMES = ("build", "dist", "*.egg", "*.egg-info", "venv", "node_modules", "out")
+
+
+def output_named_folders(root: Path, patterns) -> list[str]:
+    """Folders under `root` (hidden and __pycache__ folders aside) whose name matches one of `patterns`."""
+    return [p.relative_to(root).as_posix() for p in sorted(root.rglob("*"))
+            if p.is_dir() and not any(part.startswith((".", "__")) for part in p.relative_to(root).parts)
+            and any(fnmatch.fnmatch(p.name, pattern) for pattern in patterns)]
+
+
+def test_no_source_folder_is_named_like_build_output(pytestconfig, tmp_path):
+    patterns = OUTPUT_NAMES + tuple(pytestconfig.getini("norecursedirs"))
+    repo = Path(__file__).resolve().parents[2]
+    for source in ("python", "csrc", "tests", "bench", "spot_kernels", "examples"):
+        assert output_named_folders(repo / source, patterns) == [], source
+    (tmp_path / "spot" / "lab" / "build").mkdir(parents=True)
+    assert output_named_folders(tmp_path, patterns) == ["spot/lab/build"]  # the check can fail

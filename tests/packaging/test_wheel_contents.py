@@ -20,6 +20,7 @@ def test_build_py_ships_every_package_and_data_file(tmp_path):
     for path in ("spot/weights/drafter.safetensors", "spot/weights/drafter.json", "spot/weights/budgets.json",
                  "spot/weights/target.safetensors", "spot/weights/portable/drafter.safetensors",
                  "spot/weights/target2/target.safetensors", "spot/assets/tokenizer.json",
-                 "spot/assets/heldout_prompts.json", "spot/lab/build/word_problems.toml", "spot_kernels/__init__.py"):
+                 "spot/assets/heldout_prompts.json", "spot/lab/pipeline/word_problems.toml",
+                 "spot_kernels/__init__.py"):
         assert (lib / path).is_file(), path
     assert not list(lib.rglob("__pycache__"))

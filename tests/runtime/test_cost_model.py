@@ -6,7 +6,7 @@ import pytest
 
 import spot
 from spot.budgets import BUDGETS_FILE, FALLBACK_BUDGET, choose_budget, default_budget, device_key, predicted_rate
-from spot.lab.build.tune import choose_measured, save_tuning, time_target_pass, tune
+from spot.lab.pipeline.tune import choose_measured, save_tuning, time_target_pass, tune
 from tiny import PROMPTS, sharp_target
 
 

@@ -398,3 +398,23 @@ def test_a_compiled_round_runs_the_embedded_forward_inside_its_graph(method):
     whole = sum(whole_calls)
     assert whole >= compiled.stats.target_passes - 2 * blocks  # all but a row's first pass of each block
     assert 0 < graphs.whole < blocks
+
+
+@pytest.mark.parametrize("k, n", [(256, 256), (256, 128), (768, 256), (256, 4096), (32, 97)])
+def test_a_linear_rows_result_does_not_depend_on_the_call(k, n):
+    """model.linear (every projection and the LM head on a CPU): a row's float32 result is the same bits alone (one
+    row, padded to 16), beside up to 599 others and at other places among them, on this machine's matrix-multiply
+    path (MKL's AVX-512 or AVX2 kernels: model._call_rows checks each row count, and the AVX2 ones need 16-row
+    blocks). The shapes: the embedded model's projections and LM head, the tiny test model's LM head."""
+    from spot.model import linear
+
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(640, k, generator=g), torch.randn(n, k, generator=g)
+    picked = list(range(0, 640, 37))
+    alone = {i: linear(x[i:i + 1], w)[0] for i in picked}
+    for start in (0, 1, 5, 13):
+        for m in (2, 16, 31, 32, 48, 64, 100, 256, 257, 600):
+            out = linear(x[start:start + m], w)
+            for i in picked:
+                if start <= i < start + m:
+                    assert torch.equal(out[i - start], alone[i]), (start, m, i)

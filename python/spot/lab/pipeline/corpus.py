@@ -416,8 +416,8 @@ def docs_documents(stdlib_dir: str | os.PathLike | None = None, max_files: int |
 
 # ----------------------------------------------------------------------------------------------- math
 #
-# The word problems are data: python/spot/lab/build/word_problems.toml holds the word lists and the templates (what each
-# draws, its question, its solution steps, its answer) and documents their format. `_word_problem` below is the
+# The word problems are data: python/spot/lab/pipeline/word_problems.toml holds the word lists and the templates (what
+# each draws, its question, its solution steps, its answer) and documents their format. `_word_problem` below is the
 # whole interpreter.
 
 _WORD_PROBLEMS = Path(__file__).with_name("word_problems.toml")

@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="children per frontier node (default: the drafter's own, else spot.tree.BRANCH)")
     s.add_argument("--min-gain", type=float,
                    help="a tree is chosen only if it beats the root alone by this fraction on the wall and CPU clocks "
-                        "(default 0.03, spot.lab.build.tune.MIN_GAIN)")
+                        "(default 0.03, spot.lab.pipeline.tune.MIN_GAIN)")
     s.add_argument("--out", default=str(CACHE / "budgets.json"),
                    help="budgets table (the shipped one, read by --budget auto, is spot/weights/budgets.json)")
     s.add_argument("--dry-run", action="store_true", help="print the choice, write nothing")
