@@ -92,28 +92,30 @@ def _verify_kernel(parents_ptr, dpos_ptr, dtok_ptr, tpos_ptr, ttok_ptr, block_pt
         tl.store(new_block_ptr + row * B + jb, tl.where(which >= 0, tok, old), mask=in_b)
 
 
+def _int64_outputs(device, *shapes):
+    return tuple(torch.empty(shape, dtype=torch.int64, device=device) for shape in shapes)
+
+
+def _row_tiles(n, width):
+    """(ROUNDS, BLOCK_N, BLOCK_B) of a one-program-per-row launch over N nodes and B positions."""
+    block_n = max(2, next_pow2(n))
+    return max(1, (n - 1).bit_length()), block_n, max(2, min(next_pow2(width), max(16, 4096 // block_n)))
+
+
 def verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
     b, n = parents.shape
     width = block.shape[1]
-    device = parents.device
-    accepted_pos = torch.empty((b, n), dtype=torch.int64, device=device)
-    accepted_tokens = torch.empty((b, n), dtype=torch.int64, device=device)
-    num_accepted = torch.empty((b,), dtype=torch.int64, device=device)
-    new_block = torch.empty((b, width), dtype=torch.int64, device=device)
-    last_node = torch.empty((b,), dtype=torch.int64, device=device)
+    out = _int64_outputs(parents.device, (b, n), (b, n), (b,), (b, width), (b,))
     if b == 0:
-        return accepted_pos, accepted_tokens, num_accepted, new_block, last_node
-    block_n = max(2, next_pow2(n))
-    block_b = max(2, min(next_pow2(width), max(16, 4096 // block_n)))
+        return out
+    rounds, block_n, block_b = _row_tiles(n, width)
     with on_device(parents):
         _verify_kernel[(b,)](
             parents.contiguous(), draft_pos.contiguous(), draft_tokens.contiguous(), target_pos.contiguous(),
-            target_tokens.contiguous(), block.contiguous(),
-            accepted_pos, accepted_tokens, num_accepted, new_block, last_node,
-            n, width, ROUNDS=max(1, (n - 1).bit_length()), BLOCK_N=block_n, BLOCK_B=block_b,
-            num_warps=1 if block_n <= 64 else 4,
+            target_tokens.contiguous(), block.contiguous(), *out, n, width, ROUNDS=rounds, BLOCK_N=block_n,
+            BLOCK_B=block_b, num_warps=1 if block_n <= 64 else 4,
         )
-    return accepted_pos, accepted_tokens, num_accepted, new_block, last_node
+    return out
 
 
 @triton.jit
@@ -189,24 +191,17 @@ def _steps_kernel(parents_ptr, states_ptr, commit_ptr, tokens_ptr, acc_pos_ptr, 
 
 def verify_steps(parents, states, commit, tokens):
     b, n, width = states.shape
-    device = states.device
-    accepted_pos = torch.empty((b, width), dtype=torch.int64, device=device)
-    num_accepted = torch.empty((b,), dtype=torch.int64, device=device)
-    num_steps = torch.empty((b,), dtype=torch.int64, device=device)
-    new_block = torch.empty((b, width), dtype=torch.int64, device=device)
-    last_node = torch.empty((b,), dtype=torch.int64, device=device)
+    out = _int64_outputs(states.device, (b, width), (b,), (b,), (b, width), (b,))
     if b == 0:
-        return accepted_pos, num_accepted, num_steps, new_block, last_node
-    block_n = max(2, next_pow2(n))
-    block_b = max(2, min(next_pow2(width), max(16, 4096 // block_n)))
+        return out
+    rounds, block_n, block_b = _row_tiles(n, width)
     with on_device(parents):
         _steps_kernel[(b,)](
             parents.contiguous(), states.contiguous(), commit.contiguous().view(torch.uint8), tokens.contiguous(),
-            accepted_pos, num_accepted, num_steps, new_block, last_node,
-            n, width, ROUNDS=max(1, (n - 1).bit_length()), BLOCK_N=block_n, BLOCK_B=block_b,
+            *out, n, width, ROUNDS=rounds, BLOCK_N=block_n, BLOCK_B=block_b,
             num_warps=1 if block_n * block_b <= 2048 else 4,
         )
-    return accepted_pos, num_accepted, num_steps, new_block, last_node
+    return out
 
 
 # The triton backend's kernels of this family (read by spot_kernels.backends).
