@@ -15,6 +15,7 @@ import spot_kernels
 from spot.rules import parse_rule
 
 from helpers import I64
+from samples import sample_args
 
 
 def brute_commit(conf, masked, step, quota, thresholds, inclusive, dtype):
@@ -136,6 +137,16 @@ def test_one_commits_what_score_commits():
     want = torch.zeros_like(masked).scatter(-1, out.commit_pos.clamp_min(0)[..., None], True) & \
         (out.commit_pos >= 0)[..., None]
     assert torch.equal(commit, want)
+
+
+@pytest.mark.parametrize("inclusive", [1, 0.0, None])
+def test_inclusive_must_be_a_bool(inclusive):
+    """The dispatcher would take 1, 0.0 or None for the bool (torch.ops.spot.commit_rule does): the entry point
+    refuses them by name."""
+    args = list(sample_args("commit_rule"))
+    args[5] = inclusive
+    with pytest.raises(TypeError, match=f"inclusive must be a bool, got {type(inclusive).__name__}"):
+        spot_kernels.commit_rule(*args)
 
 
 def test_opcheck():
