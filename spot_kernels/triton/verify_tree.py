@@ -96,10 +96,11 @@ def _int64_outputs(device, *shapes):
     return tuple(torch.empty(shape, dtype=torch.int64, device=device) for shape in shapes)
 
 
-def _row_tiles(n, width):
-    """(ROUNDS, BLOCK_N, BLOCK_B) of a one-program-per-row launch over N nodes and B positions."""
+def _row_tiles(n, width, tile):
+    """(ROUNDS, BLOCK_N, BLOCK_B) of a one-program-per-row launch over N nodes and B positions: [BLOCK_N, BLOCK_B]
+    tiles of at most `tile` elements (BLOCK_B at least 16)."""
     block_n = max(2, next_pow2(n))
-    return max(1, (n - 1).bit_length()), block_n, max(2, min(next_pow2(width), max(16, 4096 // block_n)))
+    return max(1, (n - 1).bit_length()), block_n, max(2, min(next_pow2(width), max(16, tile // block_n)))
 
 
 def verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens, block):
@@ -108,7 +109,7 @@ def verify_tree(parents, draft_pos, draft_tokens, target_pos, target_tokens, blo
     out = _int64_outputs(parents.device, (b, n), (b, n), (b,), (b, width), (b,))
     if b == 0:
         return out
-    rounds, block_n, block_b = _row_tiles(n, width)
+    rounds, block_n, block_b = _row_tiles(n, width, 4096)
     with on_device(parents):
         _verify_kernel[(b,)](
             parents.contiguous(), draft_pos.contiguous(), draft_tokens.contiguous(), target_pos.contiguous(),
@@ -189,17 +190,23 @@ def _steps_kernel(parents_ptr, states_ptr, commit_ptr, tokens_ptr, acc_pos_ptr, 
         seen += tl.sum(first, axis=1)
 
 
+def steps_launch(n, width):
+    """(ROUNDS, BLOCK_N, BLOCK_B, num_warps) of verify_steps: [BLOCK_N, BLOCK_B] int64 tiles of at most 2048
+    elements, 8 per thread (bench/triton_compile_check.py: 64 per thread spilled)."""
+    rounds, block_n, block_b = _row_tiles(n, width, 2048)
+    return rounds, block_n, block_b, max(1, min(8, block_n * block_b // 256))
+
+
 def verify_steps(parents, states, commit, tokens):
     b, n, width = states.shape
     out = _int64_outputs(states.device, (b, width), (b,), (b,), (b, width), (b,))
     if b == 0:
         return out
-    rounds, block_n, block_b = _row_tiles(n, width)
+    rounds, block_n, block_b, warps = steps_launch(n, width)
     with on_device(parents):
         _steps_kernel[(b,)](
             parents.contiguous(), states.contiguous(), commit.contiguous().view(torch.uint8), tokens.contiguous(),
-            *out, n, width, ROUNDS=rounds, BLOCK_N=block_n, BLOCK_B=block_b,
-            num_warps=1 if block_n * block_b <= 2048 else 4,
+            *out, n, width, ROUNDS=rounds, BLOCK_N=block_n, BLOCK_B=block_b, num_warps=warps,
         )
     return out
 
