@@ -25,13 +25,15 @@ constexpr int64_t kSharedLimit = 46 * 1024;
 constexpr int kMaxThreads = 1024;
 
 // A row's workspace: seven int32 arrays (six of N, then `extra` of the caller's length), then two byte arrays of N.
+// The pointer-jumping arrays come in pairs (read one, write the other) under fixed names, not indexed by a round's
+// parity: a dynamically indexed pointer array would live in local memory.
 struct TreeWs {
   int32_t* up;  // one step up (self for the root and inactive nodes)
-  int32_t* ptr[2];  // 2^r-th ancestor
-  int32_t* depth[2];
+  int32_t *ptr, *ptr2;  // 2^r-th ancestor
+  int32_t *depth, *depth2;
   int32_t* chain;
   int32_t* extra;
-  uint8_t* ok[2];
+  uint8_t *ok, *ok2;
 };
 
 __host__ __device__ __forceinline__ int64_t ws_bytes(int64_t n, int64_t extra) {
@@ -42,33 +44,48 @@ __host__ __device__ __forceinline__ int64_t ws_bytes(int64_t n, int64_t extra) {
 __device__ __forceinline__ TreeWs tree_ws(char* ws, int64_t n, int64_t extra) {
   int32_t* up = reinterpret_cast<int32_t*>(ws);
   uint8_t* bytes = reinterpret_cast<uint8_t*>(up + 6 * n + extra);
-  return TreeWs{up, {up + n, up + 2 * n}, {up + 3 * n, up + 4 * n}, up + 5 * n, up + 6 * n, {bytes, bytes + n}};
+  return TreeWs{up, up + n, up + 2 * n, up + 3 * n, up + 4 * n, up + 5 * n, up + 6 * n, bytes, bytes + n};
 }
 
-// Pointer jumping from the first buffers (ptr[0] = up, depth[0], ok[0] = the node's own edge): after `rounds`
-// rounds ok[i] says whether every edge up to the root holds and depth[i] is i's depth. Returns the buffer holding
-// the result. Ends with a barrier.
-__device__ __forceinline__ int jump(const TreeWs& t, int64_t n, int rounds) {
-  int cur = 0;
+// Each node's acceptance (every edge up to the root holds) and depth.
+struct Reach {
+  const uint8_t* ok;
+  const int32_t* depth;
+};
+
+template <typename T>
+__device__ __forceinline__ void swap_buffers(T*& a, T*& b) {
+  T* c = a;
+  a = b;
+  b = c;
+}
+
+// Pointer jumping from ptr = up, depth = has_parent and ok = the node's own edge, `rounds` rounds. Ends with a
+// barrier.
+__device__ __forceinline__ Reach jump(const TreeWs& t, int64_t n, int rounds) {
+  int32_t *ptr = t.ptr, *ptr2 = t.ptr2, *depth = t.depth, *depth2 = t.depth2;
+  uint8_t *ok = t.ok, *ok2 = t.ok2;
   for (int r = 0; r < rounds; ++r) {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-      const int32_t p = t.ptr[cur][i];
-      t.ok[1 - cur][i] = t.ok[cur][i] & t.ok[cur][p];
-      t.depth[1 - cur][i] = t.depth[cur][i] + t.depth[cur][p];
-      t.ptr[1 - cur][i] = t.ptr[cur][p];
+      const int32_t p = ptr[i];
+      ok2[i] = ok[i] & ok[p];
+      depth2[i] = depth[i] + depth[p];
+      ptr2[i] = ptr[p];
     }
     __syncthreads();
-    cur = 1 - cur;
+    swap_buffers(ptr, ptr2);
+    swap_buffers(depth, depth2);
+    swap_buffers(ok, ok2);
   }
-  return cur;
+  return Reach{ok, depth};
 }
 
 // The deepest accepted node, ties lowest index (the root is always accepted, so there is one), for every thread.
-__device__ __forceinline__ int64_t deepest_accepted(const TreeWs& t, int cur, int64_t n) {
+__device__ __forceinline__ int64_t deepest_accepted(const Reach& reach, int64_t n) {
   int64_t best = -1;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    if (t.ok[cur][i]) {
-      const int64_t rank = static_cast<int64_t>(t.depth[cur][i]) * n + (n - 1 - i);
+    if (reach.ok[i]) {
+      const int64_t rank = static_cast<int64_t>(reach.depth[i]) * n + (n - 1 - i);
       best = rank > best ? rank : best;
     }
   }
@@ -85,8 +102,8 @@ __device__ __forceinline__ int64_t deepest_accepted(const TreeWs& t, int cur, in
 }
 
 // The depth of the chain's last node, clamped: only a malformed tree (a cycle) can leave [0, n - 1].
-__device__ __forceinline__ int64_t chain_depth(const TreeWs& t, int cur, int64_t last, int64_t n) {
-  const int64_t d = t.depth[cur][last];
+__device__ __forceinline__ int64_t chain_depth(const Reach& reach, int64_t last, int64_t n) {
+  const int64_t d = reach.depth[last];
   return d < 0 ? 0 : (d > n - 1 ? n - 1 : d);
 }
 
@@ -121,17 +138,17 @@ __global__ void __launch_bounds__(kMaxThreads)
     const bool has_parent = i > 0 && p >= 0 && p < n;  // p >= n cannot be followed (the reference would fail)
     const int32_t u = has_parent ? static_cast<int32_t>(p) : static_cast<int32_t>(i);
     t.up[i] = u;
-    t.ptr[0][i] = u;
-    t.depth[0][i] = has_parent;
+    t.ptr[i] = u;
+    t.depth[i] = has_parent;
     const bool edge = has_parent && tpos[u] >= 0 && dpos[i] == tpos[u] && dtok[i] == ttok[u];
-    t.ok[0][i] = edge || i == 0;
+    t.ok[i] = edge || i == 0;
   }
   // The block copies the root's block state meanwhile (the barriers below order it before the commits).
   for (int64_t j = threadIdx.x; j < width; j += blockDim.x) new_block[b * width + j] = block_in[b * width + j];
   __syncthreads();
-  const int cur = jump(t, n, rounds);
-  const int64_t last = deepest_accepted(t, cur, n);
-  const int64_t d = chain_depth(t, cur, last, n);
+  const Reach reach = jump(t, n, rounds);
+  const int64_t last = deepest_accepted(reach, n);
+  const int64_t d = chain_depth(reach, last, n);
   if (threadIdx.x == 0) {
     walk_chain(t, last, d);
     // Commits in chain order: the accepted edges, then the last node's own commit when it has one.
@@ -183,9 +200,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     const bool has_parent = i > 0 && p >= 0 && p < n;
     const int32_t u = has_parent ? static_cast<int32_t>(p) : static_cast<int32_t>(i);
     t.up[i] = u;
-    t.ptr[0][i] = u;
-    t.depth[0][i] = has_parent;
-    t.ok[0][i] = has_parent || i == 0;  // for now; a child's edge is decided below
+    t.ptr[i] = u;
+    t.depth[i] = has_parent;
+    t.ok[i] = has_parent || i == 0;  // for now; a child's edge is decided below
   }
   __syncthreads();
   // Edge parent -> i: node i's state is the parent's successor at every position (a warp per node).
@@ -200,12 +217,12 @@ __global__ void __launch_bounds__(kMaxThreads)
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) same &= shfl_xor(same, off);
-    if (lane == 0) t.ok[0][i] = same;
+    if (lane == 0) t.ok[i] = same;
   }
   __syncthreads();
-  const int cur = jump(t, n, rounds);
-  const int64_t last = deepest_accepted(t, cur, n);
-  const int64_t d = chain_depth(t, cur, last, n);
+  const Reach reach = jump(t, n, rounds);
+  const int64_t last = deepest_accepted(reach, n);
+  const int64_t d = chain_depth(reach, last, n);
   if (threadIdx.x == 0) {
     walk_chain(t, last, d);
     num_steps[b] = d + 1;
