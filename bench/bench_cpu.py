@@ -12,8 +12,9 @@ ONEDNN_MAX_CPU_ISA): the bench pins them to the same level, as such a CPU would 
 Shapes (issue 20): score at T = 1 and T = 0 for 8 nodes x 32 positions x V = 32,000 float32 logits (goal: cpu at
 least 20x faster than the reference at T = 1), one 151,936-entry row (goal: at most 1 ms), noise_uniform for the
 same 8 x 32 x 32,000 words, select_children for 64 frontier nodes x B = 32 x K = 32, verify_tree for 32 rows x 8
-nodes, order_logits with the shipped drafter for 1 and 4 draft nodes at B = 16 and 1, 4 and 16 at B = 32 (a CPU
-tree's depth drafts 1 to 4 per row). One intra-op thread (torch.set_num_threads(1)) so that the numbers do not
+nodes, commit_rule (threshold 0.9 with a quota of 4) and verify_steps for 32 rows x 16 nodes x B = 32 (issue 37),
+order_logits with the shipped drafter for 1 and 4 draft nodes at B = 16 and 1, 4 and 16 at B = 32 (a CPU tree's
+depth drafts 1 to 4 per row). One intra-op thread (torch.set_num_threads(1)) so that the numbers do not
 depend on the machine's load balance; SPOT_BENCH_THREADS=n changes that.
 """
 
@@ -28,7 +29,7 @@ import pytest
 import torch
 
 import spot_kernels
-from common import order_inputs
+from common import commit_rule_inputs, order_inputs, step_trees
 
 I64 = torch.int64
 THREADS = int(os.environ.get("SPOT_BENCH_THREADS", "1"))
@@ -77,6 +78,8 @@ CASES = {
     "noise-8x32x32000": ("noise_uniform", lambda: _noise_args(8, 32, 32000)),
     "select_children-F64-B32-K32-k4": ("select_children", lambda: _children_args(64, 32, 32, 4)),
     "verify_tree-b32-N8-B32": ("verify_tree", lambda: _verify_args(32, 8, 32)),
+    "commit_rule-b32-n16-B32": ("commit_rule", lambda: commit_rule_inputs((32, 16), 32, "threshold:0.9,steps:8")),
+    "verify_steps-b32-N16-B32": ("verify_steps", lambda: step_trees(32, 16, 32, hit=0.7, vocab=32000)),
     "order_logits-N1-B16": ("order_logits", lambda: order_inputs(1, 16, device="cpu")),
     "order_logits-N4-B16": ("order_logits", lambda: order_inputs(4, 16, device="cpu")),
     "order_logits-N1-B32": ("order_logits", lambda: order_inputs(1, device="cpu")),

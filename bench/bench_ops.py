@@ -17,7 +17,8 @@ import os
 import pytest
 import torch
 
-from common import DEVICE, I64, attention_inputs, backends_for, children_inputs, nbytes, random_trees, score_inputs
+from common import (DEVICE, I64, attention_inputs, backends_for, children_inputs, commit_rule_inputs, nbytes,
+                    random_trees, score_inputs, step_trees)
 
 FULL = os.environ.get("SPOT_BENCH_FULL") == "1"
 
@@ -32,6 +33,8 @@ ATTN_SHAPES = [(1, 4, 2, 4, 16, 256, 64)] + ([(1, 32, 8, 16, 32, 2048, 128), (8,
                                               (1, 32, 8, 64, 16, 8192, 128)] if FULL else [])
 # (batch, nodes, block)
 VERIFY_SHAPES = [(32, 8, 32)] + ([(32, 64, 32), (8, 128, 32)] if FULL else [])
+# (batch, nodes, block): a commit rule's step and its verification (issue 37)
+RULE_SHAPES = [(32, 16, 32)] + ([(1, 16, 32), (32, 64, 32), (8, 16, 256)] if FULL else [])
 BACKENDS = ["reference", "triton", "cuda"]
 
 
@@ -102,6 +105,23 @@ def test_verify_tree(benchmark, backend, shape):
     # A random tree whose drafts equal the parent's target half of the time.
     args = random_trees(batch, nodes, block, hit=0.5, vocab=32000, device=DEVICE)
     _run(benchmark, "verify_tree", backend, args, shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", RULE_SHAPES, ids=lambda s: "b{}-n{}-B{}".format(*s))
+def test_commit_rule(benchmark, backend, shape):
+    batch, nodes, block = shape
+    # LLaDA2's threshold with a per-step quota: the rule with both tables in play
+    args = commit_rule_inputs((batch, nodes), block, "threshold:0.9,steps:8", device=DEVICE)
+    _run(benchmark, "commit_rule", backend, args, shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", RULE_SHAPES, ids=lambda s: "b{}-N{}-B{}".format(*s))
+def test_verify_steps(benchmark, backend, shape):
+    batch, nodes, block = shape
+    args = step_trees(batch, nodes, block, hit=0.7, vocab=32000, device=DEVICE)
+    _run(benchmark, "verify_steps", backend, args, shape)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

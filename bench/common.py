@@ -18,8 +18,10 @@ from helpers import (  # noqa: E402,F401  (re-exported for the benchmarks)
     attention_inputs,
     capture,
     children_inputs,
+    commit_rule_inputs,
     random_trees,
     score_inputs,
+    step_trees,
 )
 
 I64 = torch.int64

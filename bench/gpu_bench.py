@@ -10,6 +10,7 @@ goals of the Triton issue measured in one run:
   - the drafting ops, expand_frontier (one tree depth) and order_logits (the shipped drafter's forward, d_model 128,
     3 layers, 8 heads, B 32 and 64, 1 to 256 nodes): the CUDA C++ kernels against Triton and the reference, with
     their agreement with the reference;
+  - commit_rule and verify_steps (commit rules, issue 37) at batch 1 and 32 x 16 nodes x B 32 and larger;
   - every other op at docs/design.md §6 shapes;
   - the pass-time curve of a 2-layer stack of Qwen3-8B width (hidden 4096, 32 / 8 heads, head dim 128, MLP 12288,
     LM head over vocabulary 151936), bf16, prefix 1024, N in {1, 2, 4, 8, 16, 32, 64} nodes x B = 32, scaled to 36
@@ -37,8 +38,8 @@ import triton
 from triton.testing import do_bench
 
 import spot_kernels
-from common import (I64, attention_inputs, capture, children_inputs, frontier_inputs, nbytes, order_inputs,
-                    random_trees, score_inputs)
+from common import (I64, attention_inputs, capture, children_inputs, commit_rule_inputs, frontier_inputs, nbytes,
+                    order_inputs, random_trees, score_inputs, step_trees)
 from common import backends_for as _backends_for
 from spot.files import atomic_write_text
 
@@ -277,6 +278,26 @@ def drafting_ops():
         save()
 
 
+@section("commit rules: commit_rule and verify_steps at a round's shapes")
+def rule_ops():
+    """A rule step per node (LLaDA2's threshold 0.9 with a quota) and its verification, through the op and replayed
+    from a CUDA graph (device time per call)."""
+    for batch, nodes, block in ((1, 16, 32), (32, 16, 32), (32, 64, 32), (8, 16, 256)):
+        inputs = {"commit_rule": commit_rule_inputs((batch, nodes), block, "threshold:0.9,steps:8", device=DEV),
+                  "verify_steps": step_trees(batch, nodes, block, hit=0.7, vocab=32000, device=DEV)}
+        for op, args in inputs.items():
+            for backend in backends_for(op):
+                fn = lambda o=op, a=args, b=backend: getattr(torch.ops.spot, o)(*a, backend=b)
+                fn()
+                try:
+                    us_graph = graph_us_per_call(fn)
+                except Exception as err:  # noqa: BLE001
+                    us_graph = None
+                    RESULTS["errors"].append(f"{op} graph {backend}: {err}")
+                record(op=op, backend=backend, shape=[batch, nodes, block], us_per_call_op=bench(fn) * 1000,
+                       us_per_call_cuda_graph=us_graph)
+
+
 def goal_attention_inputs(b=1, hq=32, hkv=8, n=16, block=32, prefix=2048, dim=128, dtype=torch.bfloat16):
     return (*attention_inputs(b, hq, hkv, n, block, prefix, dim, dtype, device=DEV),
             torch.zeros(b, dtype=I64, device=DEV))
@@ -448,6 +469,7 @@ def main() -> int:
     score_sweep(copy_gbps)
     attention_sweep()
     verify_shapes()
+    rule_ops()
     other_ops()
     score_shapes()
     RESULTS["meta"]["seconds"] = time.time() - T_START

@@ -28,8 +28,8 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from spot_kernels.triton import (expand_frontier, noise, order_logits, score, select_children,  # noqa: E402
-                                  tree_attention, verify_tree)
+from spot_kernels.triton import (commit_rule, expand_frontier, noise, order_logits, score,  # noqa: E402
+                                  select_children, tree_attention, verify_tree)
 
 
 def _source(fn, signature, constexprs, divisible=()):
@@ -113,6 +113,20 @@ def kernels():
                                        "acc_pos_ptr", "acc_tok_ptr", "num_ptr", "new_block_ptr", "last_ptr")},
                 **_i("N", "B")},
                dict(ROUNDS=max(1, (n - 1).bit_length()), BLOCK_N=n, BLOCK_B=32), 1 if n <= 64 else 4)
+    for n, b in ((16, 32), (64, 32), (16, 256), (128, 32)):
+        rounds, block_n, block_b, warps = verify_tree.steps_launch(n, b)
+        yield (f"verify_steps N<={n} B{b}", verify_tree._steps_kernel,
+               {"parents_ptr": "*i64", "states_ptr": "*i64", "commit_ptr": "*u8", "tokens_ptr": "*i64",
+                **{p: "*i64" for p in ("acc_pos_ptr", "num_ptr", "steps_ptr", "new_block_ptr", "last_ptr")},
+                **_i("N", "B")},
+               dict(ROUNDS=rounds, BLOCK_N=block_n, BLOCK_B=block_b), warps)
+    for dtype, inclusive, b in (("fp32", False, 32), ("fp64", True, 32), ("fp32", False, 256)):
+        yield (f"commit_rule {dtype} B{b}", commit_rule._commit_kernel,
+               {"conf_ptr": f"*{dtype}", **_i("cs0", "cs1"), "masked_ptr": "*u8", **_i("ms0", "ms1"),
+                "steps_ptr": "*i64", "ss0": "i32", "quota_ptr": "*i64", **_i("S", "qs0", "qs1"),
+                "thresholds_ptr": "*fp64", **_i("ts0", "ts1"), "out_ptr": "*u8", "B": "i32"},
+               dict(INCLUSIVE=inclusive, BLOCK_B=b, BLOCK_K=max(1, min(b, 4096 // b)), cs1=1, ms1=1, ts1=1, ss0=1),
+               1 if b <= 64 else 4)
     tree_args = {"ks_ptr": "*i64", **_i("P", "NUM_NEW", "BS", "NQ", "NK")}
     yield ("tree_mask", tree_attention._dense_mask_kernel, {**tree_args, "out_ptr": "*u8"},
            dict(ADDITIVE=False, BLOCK_Q=32, BLOCK_K=128), 4)

@@ -65,6 +65,8 @@ def _convertible(kind: str, value) -> bool:
         return value is None or _convertible("float", value)
     if kind == "str":
         return isinstance(value, str)
+    if kind == "bool":  # the dispatcher takes 1, 2.0 or None for a bool
+        return isinstance(value, (bool, torch.SymBool))
     if kind == "ScalarType":
         return isinstance(value, torch.dtype)
     return True

@@ -44,7 +44,8 @@ WITH_CUDA = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH
 ON_GPU = WITH_CUDA and ON_GPU_DEVICE
 WITH_CPU = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CPU", 0))
 # the ops csrc/cpu/ has a kernel for
-CPU_OPS = ("expand_frontier", "noise_uniform", "order_logits", "score", "select_children", "verify_tree")
+CPU_OPS = ("commit_rule", "expand_frontier", "noise_uniform", "order_logits", "score", "select_children",
+           "verify_steps", "verify_tree")
 DEVICE = torch.device("cuda" if ON_GPU_DEVICE else "cpu")
 BACKENDS = ("reference", "triton", "cuda-emulation", "cuda", "cpu")
 CUDA_KERNELS = ("cuda-emulation", "cuda")  # the CUDA C++ kernels: on the GPU, or emulated on CPU
@@ -309,6 +310,44 @@ def random_trees(batch, nodes, block, seed=0, hit=0.6, p_inactive=0.05, vocab=50
     block_state = torch.randint(0, vocab, (batch, block), **kw)
     out = parents, draft_pos, draft_tok, target_pos, target_tok, block_state
     return tuple(t.to(device) for t in out)
+
+
+def commit_rule_inputs(lead, block, rule="threshold:0.9,steps:8", seed=0, mask_p=0.7, device="cpu"):
+    """Every argument of spot::commit_rule: confidences like probabilities (skewed towards 1, NaN at 2%: no valid
+    token), masks, step indices in [0, 8) and the tables of `rule` (spot.rules)."""
+    from spot.rules import parse_rule
+
+    g, kw = _generator(seed, device)
+    conf = 1 - torch.rand(*lead, block, **kw) ** 3
+    conf = torch.where(torch.rand(*lead, block, **kw) < 0.02, math.nan, conf)
+    masked = torch.rand(*lead, block, **kw) < mask_p
+    steps = torch.randint(0, 8, lead, **kw)
+    tables = parse_rule(rule).tables(block, device)
+    return conf, masked, steps, tables.quota, tables.thresholds, tables.inclusive
+
+
+def step_trees(batch, nodes, block, seed=0, hit=0.7, per_step=3, vocab=50, device="cpu"):
+    """Every argument of spot::verify_steps for `batch` random trees: node i hangs from a random earlier node, its
+    state is the parent's successor with probability `hit`, else that successor with one token changed; each node
+    commits about `per_step` of its masked positions (token id `vocab` is the mask). Drawn on the CPU (the node loop
+    is host work), then moved to `device`. block >= 1."""
+    g, kw = _generator(seed, "cpu")
+    node = torch.arange(nodes)
+    ar = torch.arange(batch)
+    parents = (torch.rand(batch, nodes, **kw) * node).long().where(node > 0, -1)
+    states = torch.full((batch, nodes, block), vocab, dtype=I64)
+    commit = torch.zeros(batch, nodes, block, dtype=torch.bool)
+    tokens = torch.randint(0, vocab, (batch, nodes, block), **kw)
+    for i in range(nodes):
+        if i > 0:
+            par = parents[:, i]
+            successor = torch.where(commit[ar, par], tokens[ar, par], states[ar, par])
+            pos = torch.randint(0, block, (batch,), **kw)
+            miss = torch.rand(batch, **kw) >= hit
+            successor[ar, pos] = torch.where(miss, (successor[ar, pos] + 1) % (vocab + 1), successor[ar, pos])
+            states[:, i] = successor
+        commit[:, i] = (states[:, i] == vocab) & (torch.rand(batch, block, **kw) < per_step / block)
+    return tuple(t.to(device) for t in (parents, states, commit, tokens))
 
 
 def random_tree_configs(count, seed=0):

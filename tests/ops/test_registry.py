@@ -545,7 +545,7 @@ BAD_INPUT = [
     ("commit_rule", 2, torch.zeros(2, dtype=I64), ValueError, "steps must have shape"),
     ("commit_rule", 3, torch.zeros(2, 5, dtype=I64), ValueError, r"quota must have shape \[S, B \+ 1\]"),
     ("commit_rule", 4, torch.zeros(6, 5), TypeError, "thresholds must have dtype float64"),
-    ("commit_rule", 5, 1, TypeError, "inclusive must be a bool"),
+    ("commit_rule", 4, torch.zeros(5, 5, dtype=torch.float64), ValueError, "thresholds must have shape"),
     ("verify_steps", 0, torch.zeros(1, 0, dtype=I64), ValueError, "N >= 1"),
     ("verify_steps", 1, torch.zeros(1, 3, 4, dtype=I64), ValueError, r"states must have shape \[b, N, B\]"),
     ("verify_steps", 2, torch.zeros(1, 4, 4, dtype=I64), TypeError, "commit must have dtype bool"),

@@ -477,3 +477,42 @@ def test_verify_steps_backends_equal_the_reference(backend, batch, nodes, width)
     got, want = backend.both("verify_steps", *backend.to(*args))
     for a, b in zip(got, want):
         assert torch.equal(a.cpu(), b.cpu())
+
+
+def recommit_tree():
+    """A chain that commits position 0 twice (verify_steps takes any commit set): it counts once, at its first step,
+    and the new block holds the later token; node 2 is inactive, node 3 hangs below it."""
+    m = 9
+    states = [[m, m, m, m], [5, m, m, m], [m, m, m, m], [m, m, m, m]]
+    commits = [[True, False, False, False], [True, False, True, False], [False] * 4, [True] * 4]
+    tokens = [[5, 0, 0, 0], [7, 0, 6, 0], [0] * 4, [1, 2, 3, 4]]
+    return [-1, 0, -1, 2], states, commits, tokens
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda", "cpu"], indirect=True)
+@pytest.mark.parametrize("case", ["B256", "B12000", "N2000", "non-contiguous", "recommit", "all inactive"])
+def test_verify_steps_backends_equal_the_reference_on_edge_cases(backend, case):
+    """Wide blocks (several B chunks in Triton; B 12000 and N 2000 move the CUDA kernel's per-row arrays to its global
+    workspace), strided views of every input, a position committed twice along the chain, no active child."""
+    rng = random.Random(len(case))
+    if case == "B256":
+        args = step_batch([random_step_tree(rng, 16, 256) for _ in range(3)])
+    elif case == "B12000":
+        args = step_batch([random_step_tree(rng, 4, 12000, p_inactive=0.0, p_match=0.9) for _ in range(2)])
+    elif case == "N2000":
+        args = step_batch([random_step_tree(rng, 2000, 8, p_inactive=0.0, p_match=0.9)])
+    elif case == "non-contiguous":
+        dense = step_batch([random_step_tree(rng, 9, 12) for _ in range(4)])
+        args = tuple(torch.stack([a, a], dim=-1)[..., 0] for a in dense)  # same values, every stride doubled
+        assert not any(a.is_contiguous() for a in args)
+    elif case == "recommit":
+        args = step_batch([recommit_tree()])
+        out = check_steps(*args)  # against the brute force
+        assert out.accepted_pos.tolist() == [[0, 2, -1, -1]] and out.new_block.tolist() == [[7, 9, 6, 9]]
+    else:
+        args = step_batch([([-1] * 5, [[9] * 6] * 5, [[True] * 6] * 5, [[1] * 6] * 5)] * 2)
+    got, want = backend.both("verify_steps", *backend.to(*args))
+    for a, b in zip(got, want):
+        assert torch.equal(a.cpu(), b.cpu()), case
+    if case in ("B12000", "N2000"):
+        assert int(want[2].max()) > 2  # chains accepted
