@@ -21,8 +21,9 @@ def make_args(seed, b=3, w=2, block=8, top=4, dtype=torch.float64, temperature=1
     padded / zero stale entries."""
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(b, w, block, generator=g, dtype=dtype)
-    logits[0, 0, 2] = logits[0, 0, 3]  # a tie: the lower position first
-    logits[0, -1, 1] = -math.inf
+    if block > 3:
+        logits[0, 0, 2] = logits[0, 0, 3]  # a tie: the lower position first
+    logits[0, -1, min(1, block - 1)] = -math.inf
     states = torch.randint(0, 3, (b, w, block), generator=g)
     states[states == 2] = MASK
     states[-1, -1] = 5  # no masked position: no child
@@ -217,7 +218,7 @@ def make_step_args(seed, b=3, w=2, block=8, top=4, temperature=1.0, branch=6, wi
     sizes = torch.log_softmax(torch.randn(b * w, block + 1, generator=g, dtype=torch.float64), -1)
     sizes[torch.rand(b * w, block + 1, generator=g) < 0.5] = -math.inf
     sizes[0] = -math.inf
-    sizes[0, 2] = 0.0  # node 0: exactly two positions
+    sizes[0, min(2, block)] = 0.0  # node 0: exactly two positions (one if B = 1)
     return args[:3] + [sizes] + args[3:]
 
 
@@ -263,7 +264,7 @@ def brute_expand_steps(args):
                         cands.append((-math.inf, None))
                         continue
                     members = [j for k, j in enumerate(ranked[:m]) if k != ro] + [ranked[ri]]
-                    lp = pl(ranked[:m]) + lg[ranked[ri]] - lg[ranked[ro]]
+                    lp = pl(ranked[:m]) + (lg[ranked[ri]] - lg[ranked[ro]])
                 if any(tok[j] < 0 for j in members):
                     cands.append((-math.inf, None))
                     continue
