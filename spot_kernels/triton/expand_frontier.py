@@ -70,28 +70,40 @@ def _expand_frontier_kernel(
     before = (other[None, :] < n) & ((lp_o[None, :] > lp[:, None]) |
                                      ((lp_o[None, :] == lp[:, None]) & (other[None, :] < c[:, None])))
     rank = tl.sum(before.to(tl.int32), axis=1)
-    kept = in_n & (rank < width)
+    _store_frontier(r, c, in_n & (rank < width), rank, lp, st, width, B, j, inb, front_out, fstates_out, flp_out)
+
+
+@triton.jit
+def _store_frontier(r, c, kept, rank, lp, st, width, B, j, inb, front_out, fstates_out, flp_out):
+    """Row r's children c ([N]) where kept: their index, log-probability and state ([N, B]) at their rank in the
+    next frontier."""
     tl.store(front_out + r * width + rank, c.to(tl.int64), mask=kept)
     tl.store(flp_out + r * width + rank, lp, mask=kept)
     tl.store(fstates_out + (r * width + rank)[:, None] * B + j[None, :], st, mask=kept[:, None] & inb[None, :])
 
 
-def expand_frontier(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows,
-                    block_start, steps, temperature, mask_id, branch, width):
+def _depth_outputs(position_logits, states, rows, branch, width, commits):
+    """(w, n, kept, outputs) of one depth: w frontier nodes per row, n = w * branch children per row, kept = W, and
+    the outputs, freshly allocated: child_pos, child_logprob, child_tokens (child_logprob alone without commits),
+    child_states, frontier, frontier_states (flat, as the next call takes it), frontier_logprob."""
     n_rows, (frontier, block) = rows.shape[0], states.shape
     w = frontier // n_rows if n_rows else 0
-    top = stale_topk_probs.shape[-1]
     n = w * branch
     kept = min(width, n)
     out = dict(device=states.device)
-    child_pos = torch.empty((n_rows, n), dtype=torch.int64, **out)
     child_logprob = torch.empty((n_rows, n), dtype=position_logits.dtype, **out)
-    child_tokens = torch.empty((n_rows, n), dtype=torch.int64, **out)
-    child_states = torch.empty((n_rows, n, block), dtype=torch.int64, **out)
-    next_frontier = torch.empty((n_rows, kept), dtype=torch.int64, **out)
-    frontier_states = torch.empty((n_rows * kept, block), dtype=torch.int64, **out)  # flat, as the next call takes it
-    frontier_logprob = torch.empty((n_rows * kept,), dtype=position_logits.dtype, **out)
-    outputs = (child_pos, child_logprob, child_tokens, child_states, next_frontier, frontier_states, frontier_logprob)
+    children = ((torch.empty((n_rows, n), dtype=torch.int64, **out), child_logprob,
+                 torch.empty((n_rows, n), dtype=torch.int64, **out)) if commits else (child_logprob,))
+    return w, n, kept, (*children, torch.empty((n_rows, n, block), dtype=torch.int64, **out),
+                        torch.empty((n_rows, kept), dtype=torch.int64, **out),
+                        torch.empty((n_rows * kept, block), dtype=torch.int64, **out),
+                        torch.empty((n_rows * kept,), dtype=position_logits.dtype, **out))
+
+
+def expand_frontier(position_logits, states, path_logprob, stale_topk_probs, stale_topk_ids, seed, rows,
+                    block_start, steps, temperature, mask_id, branch, width):
+    n_rows, block, top = rows.shape[0], states.shape[1], stale_topk_probs.shape[-1]
+    w, n, kept, outputs = _depth_outputs(position_logits, states, rows, branch, width, commits=True)
     if n_rows == 0 or w == 0:
         return outputs
     with on_device(states):
@@ -258,26 +270,15 @@ def _expand_steps_frontier_kernel(lp_ptr, cstates_ptr, n, width, B, front_out, f
             before = (other[None, :] < n) & (greater | (same & (other[None, :] < c[:, None])))
             rank += tl.sum(before.to(tl.int32), axis=1)
         kept = in_n & (rank < width)
-        tl.store(front_out + r * width + rank, c.to(tl.int64), mask=kept)
-        tl.store(flp_out + r * width + rank, lp, mask=kept)
         st = tl.load(cstates_ptr + (r * n + c)[:, None] * B + j[None, :], mask=kept[:, None] & inb[None, :], other=0)
-        tl.store(fstates_out + (r * width + rank)[:, None] * B + j[None, :], st, mask=kept[:, None] & inb[None, :])
+        _store_frontier(r, c, kept, rank, lp, st, width, B, j, inb, front_out, fstates_out, flp_out)
 
 
 def expand_steps(position_logits, states, path_logprob, size_logprob, stale_topk_probs, stale_topk_ids, seed, rows,
                  block_start, steps, temperature, mask_id, branch, width):
-    n_rows, (frontier, block) = rows.shape[0], states.shape
-    w = frontier // n_rows if n_rows else 0
-    top = stale_topk_probs.shape[-1]
-    n = w * branch
-    kept = min(width, n)
-    dtype, out = position_logits.dtype, dict(device=states.device)
-    child_logprob = torch.empty((n_rows, n), dtype=dtype, **out)
-    child_states = torch.empty((n_rows, n, block), dtype=torch.int64, **out)
-    next_frontier = torch.empty((n_rows, kept), dtype=torch.int64, **out)
-    frontier_states = torch.empty((n_rows * kept, block), dtype=torch.int64, **out)  # flat, as the next call takes it
-    frontier_logprob = torch.empty((n_rows * kept,), dtype=dtype, **out)
-    outputs = (child_logprob, child_states, next_frontier, frontier_states, frontier_logprob)
+    n_rows, (frontier, block), top = rows.shape[0], states.shape, stale_topk_probs.shape[-1]
+    w, n, kept, outputs = _depth_outputs(position_logits, states, rows, branch, width, commits=False)
+    child_logprob, child_states, next_frontier, frontier_states, frontier_logprob = outputs
     if frontier == 0:
         return outputs
     candidates = (block + 1) * 8
@@ -288,7 +289,7 @@ def expand_steps(position_logits, states, path_logprob, size_logprob, stale_topk
             seed_key(seed), int(mask_id), w, block, top, branch, min(branch, candidates),
             *stale_topk_probs.stride(), *stale_topk_ids.stride(),
             child_logprob, child_states,
-            BIG=torch.finfo(dtype).max / 4, HAS_T=temperature > 0, BLOCK_B=next_pow2(block),
+            BIG=torch.finfo(position_logits.dtype).max / 4, HAS_T=temperature > 0, BLOCK_B=next_pow2(block),
             BLOCK_K=next_pow2(top), BLOCK_M=next_pow2(block + 1), PAD_ROWS=16,
             num_warps=4 if block <= 32 else 8,  # fewer spill registers (bench/triton_compile_check.py)
         )
