@@ -14,8 +14,9 @@ least 20x faster than the reference at T = 1), one 151,936-entry row (goal: at m
 same 8 x 32 x 32,000 words, select_children for 64 frontier nodes x B = 32 x K = 32, verify_tree for 32 rows x 8
 nodes, commit_rule (threshold 0.9 with a quota of 4) and verify_steps for 32 rows x 16 nodes x B = 32 (issue 37),
 order_logits with the shipped drafter for 1 and 4 draft nodes at B = 16 and 1, 4 and 16 at B = 32 (a CPU tree's
-depth drafts 1 to 4 per row). One intra-op thread (torch.set_num_threads(1)) so that the numbers do not
-depend on the machine's load balance; SPOT_BENCH_THREADS=n changes that.
+depth drafts 1 to 4 per row), expand_steps for one tree depth of 1 and 8 rows x 4 frontier nodes x branch 8 at
+B = 32, K = 32 (a threshold rule's size distributions). One intra-op thread (torch.set_num_threads(1)) so that the
+numbers do not depend on the machine's load balance; SPOT_BENCH_THREADS=n changes that.
 """
 
 import argparse
@@ -29,7 +30,7 @@ import pytest
 import torch
 
 import spot_kernels
-from common import commit_rule_inputs, order_inputs, step_trees
+from common import commit_rule_inputs, order_inputs, step_trees, steps_inputs
 
 I64 = torch.int64
 THREADS = int(os.environ.get("SPOT_BENCH_THREADS", "1"))
@@ -85,6 +86,8 @@ CASES = {
     "order_logits-N1-B32": ("order_logits", lambda: order_inputs(1, device="cpu")),
     "order_logits-N4-B32": ("order_logits", lambda: order_inputs(4, device="cpu")),
     "order_logits-N16-B32": ("order_logits", lambda: order_inputs(16, device="cpu")),
+    "expand_steps-b1-w4-B32-K32-k8": ("expand_steps", lambda: steps_inputs(1, 4, 32, 32, 8, 4, device="cpu")),
+    "expand_steps-b8-w4-B32-K32-k8": ("expand_steps", lambda: steps_inputs(8, 4, 32, 32, 8, 4, device="cpu")),
 }
 
 

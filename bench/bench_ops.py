@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from common import (DEVICE, I64, attention_inputs, backends_for, children_inputs, commit_rule_inputs, nbytes,
-                    random_trees, score_inputs, step_trees)
+                    random_trees, score_inputs, step_trees, steps_inputs)
 
 FULL = os.environ.get("SPOT_BENCH_FULL") == "1"
 
@@ -28,6 +28,8 @@ SCORE_SHAPES = [(32000, 32, 8, 1)] + ([(32000, 32, 64, 1), (126464, 32, 16, 8), 
 DRAFT_SHAPES = [(64, 32, 32, 4)] + ([(2048, 32, 32, 4)] if FULL else [])
 # (batch, prefix_len, num_nodes, block)
 TREE_SHAPES = [(1, 256, 8, 32)] + ([(8, 2048, 32, 32), (1, 8192, 64, 16)] if FULL else [])
+# expand_steps: (rows, frontier nodes per row, block, top_k, branch, width)
+STEPS_SHAPES = [(16, 4, 32, 32, 8, 4)] + ([(512, 4, 32, 32, 8, 4)] if FULL else [])
 # (batch, q heads, kv heads, nodes, block, prefix, head dim)
 ATTN_SHAPES = [(1, 4, 2, 4, 16, 256, 64)] + ([(1, 32, 8, 16, 32, 2048, 128), (8, 32, 8, 8, 32, 2048, 128),
                                               (1, 32, 8, 64, 16, 8192, 128)] if FULL else [])
@@ -76,6 +78,12 @@ def test_select_children(benchmark, backend, shape):
     frontier, block, top, k = shape
     args = children_inputs(frontier, block, top, k, device=DEVICE)
     _run(benchmark, "select_children", backend, args, shape)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", STEPS_SHAPES, ids=lambda s: "b{}-w{}-B{}-K{}-k{}-W{}".format(*s))
+def test_expand_steps(benchmark, backend, shape):
+    _run(benchmark, "expand_steps", backend, steps_inputs(*shape, device=DEVICE), shape)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

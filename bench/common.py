@@ -6,6 +6,7 @@ benchmark measures the inputs the parity tests check.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -48,6 +49,20 @@ def frontier_inputs(rows, w, block, top, branch, width, temperature=1.0, mask_id
     lead = torch.arange(rows, dtype=I64, device=device)
     return (logits, states, path, probs[::w].contiguous(), ids[::w].contiguous(), seed, lead, lead * 32,
             torch.ones_like(lead), temperature, mask_id, branch, width)
+
+
+def steps_inputs(rows, w, block, top, branch, width, temperature=1.0, mask_id=32000, device=DEVICE):
+    """Every argument of spot::expand_steps: frontier_inputs' with a size distribution per frontier node as a
+    threshold rule drafts it (spot.tree.step_sizes): 0.9 on a size of 1 to 4 positions, 0.05 on one more and on one
+    fewer, within the node's masked positions."""
+    args = frontier_inputs(rows, w, block, top, branch, width, temperature, mask_id, device)
+    masked = (args[1] == mask_id).sum(1, keepdim=True)
+    g = torch.Generator(device=device).manual_seed(1)
+    size = torch.randint(1, 5, (rows * w, 1), generator=g, device=device).minimum(masked)
+    m = torch.arange(block + 1, device=device)[None]
+    sizes = torch.where(m == size, math.log(0.9), torch.where(((m - size).abs() == 1) & (m >= 1) & (m <= masked),
+                                                              math.log(0.05), -math.inf)).to(args[0].dtype)
+    return args[:3] + (sizes,) + args[3:]
 
 
 def order_inputs(nodes, block=32, device=DEVICE):

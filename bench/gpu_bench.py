@@ -7,9 +7,9 @@ goals of the Triton issue measured in one run:
     which leaves out the Python launch cost);
   - tree_attention with prefix 2048, 16 nodes x 32 positions, 32 query heads, 8 KV heads, head dim 128, bf16:
     against PyTorch SDPA with a dense mask and FlexAttention with a block mask on the same inputs;
-  - the drafting ops, expand_frontier (one tree depth) and order_logits (the shipped drafter's forward, d_model 128,
-    3 layers, 8 heads, B 32 and 64, 1 to 256 nodes): the CUDA C++ kernels against Triton and the reference, with
-    their agreement with the reference;
+  - the drafting ops, expand_frontier and expand_steps (one tree depth) and order_logits (the shipped drafter's
+    forward, d_model 128, 3 layers, 8 heads, B 32 and 64, 1 to 256 nodes): the CUDA C++ kernels against Triton and
+    the reference, with their agreement with the reference;
   - commit_rule and verify_steps (commit rules, issue 37) at batch 1 and 32 x 16 nodes x B 32 and larger;
   - every other op at docs/design.md §6 shapes;
   - the pass-time curve of a 2-layer stack of Qwen3-8B width (hidden 4096, 32 / 8 heads, head dim 128, MLP 12288,
@@ -25,6 +25,7 @@ and the JSON is rewritten after every measurement, so a timeout still leaves the
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -39,7 +40,7 @@ from triton.testing import do_bench
 
 import spot_kernels
 from common import (I64, attention_inputs, capture, children_inputs, commit_rule_inputs, frontier_inputs, nbytes,
-                    order_inputs, random_trees, score_inputs, step_trees)
+                    order_inputs, random_trees, score_inputs, step_trees, steps_inputs)
 from common import backends_for as _backends_for
 from spot.files import atomic_write_text
 
@@ -223,38 +224,38 @@ def verify_shapes():
             record(op="verify_tree", backend=backend, shape=[batch, nodes, block], us_per_call_op=bench(fn) * 1000)
 
 
-# expand_frontier: (rows, frontier nodes per row w, B, stale top-K, branch, width): F = 64 (bench_ops.py's
-# select_children shape), a batch of 32 at width 4 x branch 8, F = 2048
+# expand_frontier and expand_steps: (rows, frontier nodes per row w, B, stale top-K, branch, width): F = 64
+# (bench_ops.py's select_children shape), a batch of 32 at width 4 x branch 8, F = 2048
 FRONTIER_SHAPES = ((16, 4, 32, 32, 4, 4), (32, 4, 32, 32, 8, 4), (512, 4, 32, 32, 4, 4))
 # order_logits, the shipped drafter: (nodes, B): bench_cpu.py's 1 / 4 / 16 nodes at B 32, then a tree depth of a batch
 # (64, 256 nodes) and B 64
 ORDER_SHAPES = ((1, 32), (4, 32), (16, 32), (64, 32), (256, 32), (64, 64))
 
 
-@section("drafting ops: expand_frontier and order_logits, CUDA C++ against Triton and the reference")
+@section("drafting ops: expand_frontier, expand_steps and order_logits, CUDA C++ against Triton and the reference")
 def drafting_ops():
-    for temperature in (0.0, 1.0):
-        for shape in FRONTIER_SHAPES:
-            args = frontier_inputs(*shape, temperature=temperature, device=DEV)
-            want = torch.ops.spot.expand_frontier(*args, backend="reference")
-            times = {}
-            for backend in backends_for("expand_frontier"):
-                fn = lambda b=backend: torch.ops.spot.expand_frontier(*args, backend=b)
-                got = fn()
-                exact = all(torch.equal(x, y) if not x.is_floating_point() else torch.equal(x.isinf(), y.isinf())
-                            for x, y in zip(got, want))
-                finite = [(x, y, x.isfinite() & y.isfinite()) for x, y in zip(got, want) if x.is_floating_point()]
-                lp_diff = max(float((x[f] - y[f]).abs().max()) if bool(f.any()) else 0.0 for x, y, f in finite)
-                times[backend] = bench(fn) * 1000
-                record(op="expand_frontier", backend=backend, shape=list(shape), temperature=temperature,
-                       us_per_call=times[backend], equal_reference_but_logprob_rounding=exact,
-                       max_abs_logprob_diff=lp_diff)
-            if "cuda" in times:
-                RESULTS["goals"][f"expand_frontier_cuda_{'x'.join(map(str, shape))}_T{temperature:g}"] = {
-                    "us_per_call": times["cuda"], "triton_us": times.get("triton"),
-                    "speedup_vs_triton": times["triton"] / times["cuda"] if "triton" in times else None,
-                    "speedup_vs_reference": times["reference"] / times["cuda"] if "reference" in times else None}
-            save()
+    for (op, inputs), temperature, shape in itertools.product(
+            (("expand_frontier", frontier_inputs), ("expand_steps", steps_inputs)), (0.0, 1.0), FRONTIER_SHAPES):
+        args = inputs(*shape, temperature=temperature, device=DEV)
+        want = getattr(torch.ops.spot, op)(*args, backend="reference")
+        times = {}
+        for backend in backends_for(op):
+            fn = lambda b=backend, o=op: getattr(torch.ops.spot, o)(*args, backend=b)
+            got = fn()
+            exact = all(torch.equal(x, y) if not x.is_floating_point() else torch.equal(x.isinf(), y.isinf())
+                        for x, y in zip(got, want))
+            finite = [(x, y, x.isfinite() & y.isfinite()) for x, y in zip(got, want) if x.is_floating_point()]
+            lp_diff = max(float((x[f] - y[f]).abs().max()) if bool(f.any()) else 0.0 for x, y, f in finite)
+            times[backend] = bench(fn) * 1000
+            record(op=op, backend=backend, shape=list(shape), temperature=temperature,
+                   us_per_call=times[backend], equal_reference_but_logprob_rounding=exact,
+                   max_abs_logprob_diff=lp_diff)
+        if "cuda" in times:
+            RESULTS["goals"][f"{op}_cuda_{'x'.join(map(str, shape))}_T{temperature:g}"] = {
+                "us_per_call": times["cuda"], "triton_us": times.get("triton"),
+                "speedup_vs_triton": times["triton"] / times["cuda"] if "triton" in times else None,
+                "speedup_vs_reference": times["reference"] / times["cuda"] if "reference" in times else None}
+        save()
     for nodes, block in ORDER_SHAPES:
         args = order_inputs(nodes, block, device=DEV)
         want = torch.ops.spot.order_logits(*args, backend="reference")

@@ -98,6 +98,20 @@ def kernels():
                 "pos_out": "*i64", "lp_out": f"*{dtype}", "tok_out": "*i64", "cstates_out": "*i64",
                 "front_out": "*i64", "fstates_out": "*i64", "flp_out": f"*{dtype}"},
                dict(HAS_T=has_t, BLOCK_B=32, BLOCK_K=32, BLOCK_N=32), 1)
+    for dtype, has_t, block in (("fp32", True, 32), ("fp64", True, 32), ("fp32", False, 32), ("fp32", True, 64)):
+        # K 32, branch 8; B 32 and 64
+        big = 3.4028234663852886e38 / 4 if dtype == "fp32" else 1.7976931348623157e308 / 4
+        yield (f"expand_steps nodes {dtype} T{'>' if has_t else '='}0 B{block}",
+               expand_frontier._expand_steps_nodes_kernel,
+               {"logits_ptr": f"*{dtype}", "states_ptr": "*i64", "path_ptr": f"*{dtype}", "sizes_ptr": f"*{dtype}",
+                "probs_ptr": f"*{dtype}", "ids_ptr": "*i64", "rows_ptr": "*i64", "bstart_ptr": "*i64",
+                "steps_ptr": "*i64", "seed_key": "i64", "mask_id": "i64", **_i("W", "B", "K", "branch", "n_sel"),
+                **_i("ps_r", "ps_b", "ps_k", "is_r", "is_b", "is_k"), "lp_out": f"*{dtype}", "cstates_out": "*i64"},
+               dict(BIG=big, HAS_T=has_t, BLOCK_B=block, BLOCK_K=32, BLOCK_M=2 * block, PAD_ROWS=16),
+               4 if block <= 32 else 8)
+    yield ("expand_steps frontier", expand_frontier._expand_steps_frontier_kernel,
+           {"lp_ptr": "*fp32", "cstates_ptr": "*i64", **_i("n", "width", "B"), "front_out": "*i64",
+            "fstates_out": "*i64", "flp_out": "*fp32"}, dict(BLOCK_C=32, BLOCK_B=32), 1)
     for has_tok in (True, False):  # the shipped drafter's sizes: d_model 128, head_dim 16, d_ff 512, B 32
         yield (f"order_logits tokens={has_tok}", order_logits._order_logits_kernel,
                {"feat_ptr": "*fp32", "sm_ptr": "*u8", "tok_ptr": "*fp32", "row_ptr": "*i64", "nm_ptr": "*u8",

@@ -44,8 +44,8 @@ WITH_CUDA = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH
 ON_GPU = WITH_CUDA and ON_GPU_DEVICE
 WITH_CPU = bool(spot_kernels.HAS_C_EXTENSION and getattr(spot_kernels._C, "WITH_CPU", 0))
 # the ops csrc/cpu/ has a kernel for
-CPU_OPS = ("commit_rule", "expand_frontier", "noise_uniform", "order_logits", "score", "select_children",
-           "verify_steps", "verify_tree")
+CPU_OPS = ("commit_rule", "expand_frontier", "expand_steps", "noise_uniform", "order_logits", "score",
+           "select_children", "verify_steps", "verify_tree")
 DEVICE = torch.device("cuda" if ON_GPU_DEVICE else "cpu")
 BACKENDS = ("reference", "triton", "cuda-emulation", "cuda", "cpu")
 CUDA_KERNELS = ("cuda-emulation", "cuda")  # the CUDA C++ kernels: on the GPU, or emulated on CPU

@@ -12,26 +12,10 @@
 #include <tuple>
 #include <vector>
 
-#include "common.h"
+#include "select_children.h"
 
 namespace spot_cpu {
 namespace {
-
-// The child's token: argmax_i log(probs[i]) + g(key, ids[i]) over ids >= 0 and probs > 0, ties lowest i; -1 if none.
-template <typename P>
-int64_t child_token(const P* probs, const int64_t* ids, int64_t top, uint32_t key) {
-  int64_t token = -1;
-  P best = -inf_of<P>();
-  for (int64_t i = 0; i < top; ++i) {
-    if (!(ids[i] >= 0 && probs[i] > P(0))) continue;
-    const P value = std::log(probs[i]) + gumbel_from_word<P>(noise_word(key, ids[i]));
-    if (token < 0 || value > best) {
-      best = value;
-      token = ids[i];
-    }
-  }
-  return token;
-}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cpu(
     const at::Tensor& position_logits_in, const at::Tensor& masked_in, const at::Tensor& path_logprob_in,
@@ -134,19 +118,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> select_children_cpu(
           pos_out[o] = p;
           const L key = n_inf > 0 ? (lg[p] == inf_of<L>() ? L(0) : -inf_of<L>()) : lg[p];
           lp_out[o] = path_ptr[f] + (key - log_norm);
-          const int64_t* cid = id_ptr + (f * block + p) * top;
-          if (top == 0) {
-            tok_out[o] = -1;
-          } else if (!tempered) {
-            tok_out[o] = cid[0];
-          } else {
-            const uint32_t wkey = row_key(skey, r_ptr[f], b_ptr[f] + p, s_ptr[f]);
-            if (pdt == at::kDouble) {
-              tok_out[o] = child_token(probs.data_ptr<double>() + (f * block + p) * top, cid, top, wkey);
-            } else {
-              tok_out[o] = child_token(probs.data_ptr<float>() + (f * block + p) * top, cid, top, wkey);
-            }
-          }
+          const int64_t entry = (f * block + p) * top;  // position p's stale top-K
+          tok_out[o] = pdt == at::kDouble
+                           ? position_token(probs.data_ptr<double>() + entry, id_ptr + entry, top, tempered, skey,
+                                            r_ptr[f], b_ptr[f] + p, s_ptr[f])
+                           : position_token(probs.data_ptr<float>() + entry, id_ptr + entry, top, tempered, skey,
+                                            r_ptr[f], b_ptr[f] + p, s_ptr[f]);
         }
       }
     });

@@ -183,8 +183,8 @@ def expand_steps(
     value / 4) are ranked by logit, descending, ties to the lower position. Its candidate sets, for every size m
     with size_logprob > -inf, are the first m ranks (log-probability: the Plackett-Luce probability of drawing
     those ranks in order), and that set with rank m - 1 swapped for rank m, m + 1, ..., m + 4, or rank m - 2 for
-    rank m or m + 1 (the prefix's log-probability plus the logit of the rank swapped in minus that of the rank swapped
-    out);
+    rank m or m + 1 (the prefix's log-probability plus the logit gap: that of the rank swapped in minus that of the
+    rank swapped out, a swap of tied logits scoring exactly the prefix);
     a candidate's path log-probability is path_logprob + size_logprob[m] + that, -inf unless its ranks exist and
     every position in it has a token (select_children's token, drawn at the row's step). The node's children are
     its `branch` most probable candidates (ties: the smaller size, then the order above), padded with -inf.

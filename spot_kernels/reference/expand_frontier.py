@@ -105,7 +105,9 @@ def expand_steps(
             ok = (r_out[None] >= 0) & (r_in[None] < n_e[:, None])
             if block:
                 ok = ok & (missing_prefix - missing.gather(1, at_out) + missing.gather(1, at_in) == 0)
-                lp = prefix_lp + lv.gather(1, at_in) - lv.gather(1, at_out)
+                # the gap first: the same two logits give the same gap on every backend, and a swap of tied logits
+                # scores exactly the prefix (a tie, to the lower index) whatever the prefix's last bits
+                lp = prefix_lp + (lv.gather(1, at_in) - lv.gather(1, at_out))
             else:
                 lp = prefix_lp
         cand_lp.append(torch.where(ok & (size_logprob > -math.inf), path_logprob[:, None] + size_logprob + lp,
@@ -114,7 +116,7 @@ def expand_steps(
         cand_in.append(r_in)
     # candidates size-major, then variant: index m * V + v
     n_var = len(STEP_VARIANTS)
-    cand_lp = torch.stack(cand_lp, 2).reshape(frontier, -1)
+    cand_lp = torch.stack(cand_lp, 2).reshape(frontier, (block + 1) * n_var)  # (not -1: F may be 0)
     cand_m = m.repeat_interleave(n_var)
     cand_out = torch.stack(cand_out, 1).reshape(-1)
     cand_in = torch.stack(cand_in, 1).reshape(-1)

@@ -22,6 +22,31 @@ from ._common import (NEG_INF, POS_INF, mix32, next_pow2, on_device, precise_log
 
 
 @triton.jit
+def position_tokens(probs_ptr, ids_ptr, p, take, row, start, step, sk, K, ps_b, ps_k, is_b, is_k,
+                    HAS_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The token a child committing position p draws, for a vector of positions p ([N]; take: which to draw, -1
+    elsewhere): the coupled-noise Gumbel-max over the stale top-K at p (probs_ptr / ids_ptr at position 0 of the
+    node's row, strides ps_b, ps_k / is_b, is_k) with the noise of (row, start + p, step), log and noise in float64
+    for float64 stale probabilities, else float32; T = 0: the stale top-1 id; -1 where no entry qualifies or K = 0.
+    Shared by select_children (one position per child) and expand_steps (a step's positions)."""
+    if HAS_T:
+        i = tl.arange(0, BLOCK_K)[None, :]
+        both = (i < K) & take[:, None]
+        probs = tl.load(probs_ptr + p[:, None] * ps_b + i * ps_k, mask=both, other=0.0)
+        ids = tl.load(ids_ptr + p[:, None] * is_b + i * is_k, mask=both, other=-1)
+        ok = (ids >= 0) & (probs > 0)
+        word = mix32(row_key(sk, row, start + p, step)[:, None] ^ ids.to(tl.uint32))
+        u = uniform_from_words(word).to(probs.dtype)
+        value = tl.where(ok, precise_log(tl.where(ok, probs, 1.0)) - precise_log(-precise_log(u)), NEG_INF)
+        _, arg = tl.max(value, axis=1, return_indices=True, return_indices_tie_break_left=True)
+        any_ok = tl.sum(ok.to(tl.int32), axis=1) > 0
+        token = tl.where(take & any_ok, tl.sum(tl.where(i == arg[:, None], ids, 0), axis=1), -1)
+    else:
+        token = tl.where(take & (K > 0), tl.load(ids_ptr + p * is_b, mask=take & (K > 0), other=-1), -1)
+    return token
+
+
+@triton.jit
 def node_children(logits, masked, j, inb, path, probs_ptr, ids_ptr, row, start, step, sk, K, k, ps_b, ps_k, is_b,
                   is_k, out, pos_out, lp_out, tok_out, HAS_T: tl.constexpr, BLOCK_B: tl.constexpr,
                   BLOCK_K: tl.constexpr):
@@ -39,8 +64,6 @@ def node_children(logits, masked, j, inb, path, probs_ptr, ids_ptr, row, start, 
     shift = tl.where(mx == NEG_INF, 0.0, mx)
     log_norm = shift + precise_log(tl.sum(tl.exp(norm_key - shift), axis=0))  # -inf when nothing is eligible
 
-    i = tl.arange(0, BLOCK_K)
-    in_k = i < K
     avail = eligible
     for c in range(0, k):
         cur = tl.where(avail, key, NEG_INF)
@@ -49,19 +72,9 @@ def node_children(logits, masked, j, inb, path, probs_ptr, ids_ptr, row, start, 
         p = tl.min(tl.where(avail & (cur == best), j, BLOCK_B), axis=0)
         p = tl.where(has, p, 0)
         logprob = path + (tl.max(tl.where(j == p, norm_key, NEG_INF), axis=0) - log_norm)
-        if HAS_T:
-            probs = tl.load(probs_ptr + p * ps_b + i * ps_k, mask=in_k & has, other=0.0)
-            ids = tl.load(ids_ptr + p * is_b + i * is_k, mask=in_k & has, other=-1)
-            ok = (ids >= 0) & (probs > 0)
-            word = mix32(row_key(sk, row, start + p, step) ^ ids.to(tl.uint32))
-            u = uniform_from_words(word).to(probs.dtype)
-            value = tl.where(ok, precise_log(tl.where(ok, probs, 1.0)) - precise_log(-precise_log(u)), NEG_INF)
-            _, arg = tl.max(value, axis=0, return_indices=True, return_indices_tie_break_left=True)
-            any_ok = tl.sum(ok.to(tl.int32), axis=0) > 0
-            token = tl.where(has & any_ok, tl.sum(tl.where(i == arg, ids, 0), axis=0), -1)
-        else:
-            top1 = tl.load(ids_ptr + p * is_b, mask=has & (K > 0), other=-1)
-            token = tl.where(has & (K > 0), top1, -1)
+        one = tl.zeros([1], dtype=tl.int32)  # the child's position as a one-element vector of positions
+        token = tl.sum(position_tokens(probs_ptr, ids_ptr, p + one, (one == 0) & has, row, start, step, sk, K,
+                                       ps_b, ps_k, is_b, is_k, HAS_T, BLOCK_K), axis=0)
         tl.store(pos_out + out + c, tl.where(has, p.to(tl.int64), -1))
         tl.store(lp_out + out + c, tl.where(has, logprob, NEG_INF))
         tl.store(tok_out + out + c, token.to(tl.int64))

@@ -21,8 +21,9 @@ def make_args(seed, b=3, w=2, block=8, top=4, dtype=torch.float64, temperature=1
     padded / zero stale entries."""
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(b, w, block, generator=g, dtype=dtype)
-    logits[0, 0, 2] = logits[0, 0, 3]  # a tie: the lower position first
-    logits[0, -1, 1] = -math.inf
+    if block > 3:
+        logits[0, 0, 2] = logits[0, 0, 3]  # a tie: the lower position first
+    logits[0, -1, min(1, block - 1)] = -math.inf
     states = torch.randint(0, 3, (b, w, block), generator=g)
     states[states == 2] = MASK
     states[-1, -1] = 5  # no masked position: no child
@@ -217,7 +218,7 @@ def make_step_args(seed, b=3, w=2, block=8, top=4, temperature=1.0, branch=6, wi
     sizes = torch.log_softmax(torch.randn(b * w, block + 1, generator=g, dtype=torch.float64), -1)
     sizes[torch.rand(b * w, block + 1, generator=g) < 0.5] = -math.inf
     sizes[0] = -math.inf
-    sizes[0, 2] = 0.0  # node 0: exactly two positions
+    sizes[0, min(2, block)] = 0.0  # node 0: exactly two positions (one if B = 1)
     return args[:3] + [sizes] + args[3:]
 
 
@@ -263,7 +264,7 @@ def brute_expand_steps(args):
                         cands.append((-math.inf, None))
                         continue
                     members = [j for k, j in enumerate(ranked[:m]) if k != ro] + [ranked[ri]]
-                    lp = pl(ranked[:m]) + lg[ranked[ri]] - lg[ranked[ro]]
+                    lp = pl(ranked[:m]) + (lg[ranked[ri]] - lg[ranked[ro]])
                 if any(tok[j] < 0 for j in members):
                     cands.append((-math.inf, None))
                     continue
@@ -336,12 +337,136 @@ def test_expand_steps_backends_equal_the_reference(backend, dtype, shape):
     for seed, temperature in ((0, 0.0), (1, 1.0)):
         args = make_step_args(seed, b, w, block, top, temperature)
         args = [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
-        got, want = backend.both("expand_steps", *backend.to(*args))
-        for name, x, y in zip(("child_logprob", "child_states", "frontier", "frontier_states", "frontier_logprob"),
-                              got, want):
-            x = x.cpu()
-            if x.is_floating_point():
-                torch.testing.assert_close(x, y, rtol=1e-5 if dtype == torch.float32 else 1e-12,
-                                           atol=1e-5 if dtype == torch.float32 else 1e-12, msg=name)
-            else:
-                assert torch.equal(x, y), name
+        assert_steps_match(*backend.both("expand_steps", *backend.to(*args)), dtype)
+
+
+def assert_steps_match(got, want, dtype):
+    """A backend's expand_steps outputs against the reference's: integers bit for bit, log-probabilities within the
+    dtype's summation order."""
+    for name, x, y in zip(spot_kernels.StepExpansion._fields, got, want):
+        x = x.cpu()
+        assert x.dtype == y.dtype and x.shape == y.shape, name
+        if x.is_floating_point():
+            torch.testing.assert_close(x, y, rtol=1e-5 if dtype == torch.float32 else 1e-12,
+                                       atol=1e-5 if dtype == torch.float32 else 1e-12, equal_nan=True, msg=name)
+        else:
+            assert torch.equal(x, y), name
+
+
+def edge_step_args(case, dtype):
+    """expand_steps' arguments for one edge case, and what makes the case what it is (checked on the reference)."""
+    inf, nan = math.inf, math.nan
+    if case == "no positions":  # B = 0: the empty step is the only candidate, where size 0 is possible
+        b, w, top = 2, 2, 3
+        sizes = torch.tensor([[0.0], [0.0], [-inf], [-0.5]], dtype=dtype)
+        args = [torch.zeros(b * w, 0, dtype=dtype), torch.zeros(b * w, 0, dtype=I64),
+                torch.tensor([-1.0, -inf, 0.5, -2.0], dtype=dtype), sizes, torch.rand(b, 0, top, dtype=dtype),
+                torch.zeros(b, 0, top, dtype=I64), 7, torch.tensor([0, 1]), torch.tensor([16, 0]), torch.tensor([1, 2]),
+                1.0, MASK, 3, 2]
+        return args, lambda out: (out.child_logprob[:, ::3].tolist() == [[-1.0, -inf], [-inf, -2.5]]
+                                  and out.child_states.shape == (2, 6, 0))
+    if case == "one position":  # B = 1: masked or not, the only size possible or not
+        args = make_step_args(4, b=2, w=3, block=1, top=2, temperature=1.0, branch=4, width=5)
+        args[1][:] = MASK
+        args[1][1] = 3  # node 1 has nothing masked
+        args[5][:] = torch.tensor([[[3, 4]], [[5, 6]]])  # every position has a token
+        args[3][:] = torch.log(torch.tensor([0.5, 0.5], dtype=torch.float64))
+        args[3][2] = torch.tensor([-inf, 0.0])
+        args[3][4] = torch.tensor([0.0, -inf])
+    elif case == "every size impossible":
+        args = make_step_args(5, b=2, w=3, block=8, top=4, temperature=1.0, branch=5, width=4)
+        args[3][:] = -inf
+        return _to(args, dtype), lambda out: ((out.child_logprob == -inf).all()
+                                              and out.frontier.tolist() == [[0, 1, 2, 3]] * 2)
+    elif case == "non-finite logits":  # NaN counts as -inf, +inf as the largest value / 4, ties to the lower position
+        args = make_step_args(6, b=2, w=3, block=8, top=4, temperature=1.0, branch=12, width=6)
+        args[1][:] = MASK
+        args[5][:] = torch.randint(0, 50, args[5].shape, generator=torch.Generator().manual_seed(1))
+        args[3][:] = torch.log_softmax(torch.randn(6, 9, generator=torch.Generator().manual_seed(2),
+                                                   dtype=torch.float64), -1)
+        logits = args[0]
+        logits[0, [1, 4]] = inf  # two +inf: tied at the top
+        logits[0, [2, 6]] = nan
+        logits[1] = inf  # every logit +inf
+        logits[2] = nan  # every logit NaN: nothing eligible, only the empty step
+        logits[3, [0, 3]] = -inf
+        logits[3, 5] = inf
+        logits[4, 2:] = logits[4, 1]  # seven tied logits
+        logits[5, ::2] = nan
+    elif case == "no token at a position":
+        args = make_step_args(7, b=2, w=2, block=8, top=4, temperature=1.0, branch=10, width=4)
+        args[1][:] = MASK
+        args[5][:] = torch.randint(0, 50, args[5].shape, generator=torch.Generator().manual_seed(3))
+        args[4][:, ::3] = 0.0  # probability 0 everywhere: no token there at T > 0
+        args[5][1, 1] = -1  # no stale id at all
+        args[3][:] = math.log(1 / 9)
+    elif case == "no token at a position, T = 0":  # T = 0 draws the stale top-1 id, -1 where there is none
+        args = make_step_args(7, b=2, w=2, block=8, top=4, temperature=0.0, branch=10, width=4)
+        args[1][:] = MASK
+        args[5][:] = torch.randint(0, 50, args[5].shape, generator=torch.Generator().manual_seed(3))
+        args[5][:, ::3, 0] = -1
+        args[3][:] = math.log(1 / 9)
+    elif case == "a rule's few small sizes":  # sizes 1 to 3 only: ranks past size + 4 never in a set, tokens or not
+        args = make_step_args(13, b=2, w=3, block=16, top=4, temperature=1.0, branch=8, width=5)
+        args[1][:] = MASK
+        args[5][:] = torch.randint(0, 50, args[5].shape, generator=torch.Generator().manual_seed(7))
+        args[5][:, 1::4] = -1  # some positions without a token
+        args[3][:] = -inf
+        args[3][:, 1:4] = torch.log(torch.tensor([0.05, 0.9, 0.05], dtype=torch.float64))
+    elif case == "no stale top-K":  # K = 0: no position has a token, only empty steps
+        args = make_step_args(8, b=2, w=2, block=6, top=0, temperature=1.0, branch=3, width=3)
+        args[3][:, 0] = math.log(0.5)
+        return _to(args, dtype), lambda out: (out.child_states.view(2, 2, 3, 6) == args[1].view(2, 2, 1, 6)).all()
+    elif case == "branch above the candidates":  # (B + 1) * 8 = 32 candidates, 40 children: padding; W = n
+        args = make_step_args(9, b=2, w=2, block=3, top=4, temperature=1.0, branch=40, width=200)
+        args[1][:] = MASK
+        args[5][:] = torch.randint(0, 50, args[5].shape, generator=torch.Generator().manual_seed(4))
+        args[3][:] = math.log(1 / 4)
+        return _to(args, dtype), lambda out: ((out.child_logprob[:, 32:40] == -inf).all()
+                                              and out.frontier.shape == (2, 80))
+    elif case == "non-finite path log-probabilities":  # NaN and +inf nodes (NaN sorts first, as torch's sort)
+        args = make_step_args(10, b=2, w=3, block=6, top=4, temperature=1.0, branch=4, width=5)
+        args[1][:] = MASK
+        args[5][:] = torch.randint(0, 50, args[5].shape, generator=torch.Generator().manual_seed(5))
+        args[3][:] = math.log(1 / 7)
+        args[2][0], args[2][2], args[2][4] = nan, inf, -inf
+    else:  # expanded views of the stale top-K, tokens at every position
+        args = make_step_args(11, b=3, w=2, block=8, top=4, temperature=1.0, branch=6, width=4)
+        args[4] = args[4][1:2].expand_as(args[4])
+        args[5] = torch.randint(0, 50, (1, 8, 4), generator=torch.Generator().manual_seed(6)).expand(3, 8, 4)
+    return _to(args, dtype), lambda out: (out.child_logprob > -inf).any()
+
+
+def _to(args, dtype):
+    return [a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+
+
+EDGE_CASES = ["no positions", "one position", "every size impossible", "non-finite logits", "no token at a position",
+              "no token at a position, T = 0", "a rule's few small sizes", "no stale top-K",
+              "branch above the candidates", "non-finite path log-probabilities", "expanded stale views"]
+
+
+@pytest.mark.parametrize("case", EDGE_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_expand_steps_edge_cases_on_the_reference(case, dtype):
+    """Each edge case is what it says (so the backends' parity below covers it); float64 ones against brute force."""
+    args, holds = edge_step_args(case, dtype)
+    assert holds(spot_kernels.expand_steps(*args, backend="reference")), case
+    if dtype == torch.float64 and case not in ("no positions", "non-finite path log-probabilities"):
+        check_steps_against_brute(args)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda", "cpu"], indirect=True)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", EDGE_CASES)
+def test_expand_steps_backends_on_edge_cases(backend, dtype, case):
+    args, _ = edge_step_args(case, dtype)
+    assert_steps_match(*backend.both("expand_steps", *backend.to(*args)), dtype)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cuda-emulation", "cuda", "cpu"], indirect=True)
+def test_expand_steps_backends_without_rows(backend):
+    empty = [a[:0] if isinstance(a, torch.Tensor) else a for a in make_step_args(12)]
+    got, want = backend.both("expand_steps", *backend.to(*empty))
+    assert_steps_match(got, want, torch.float64)
+    assert [tuple(x.shape) for x in got] == [(0, 0), (0, 0, 8), (0, 0), (0, 8), (0,)]
