@@ -13,6 +13,8 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import torch
 
+import spot_kernels
+
 
 class NoiseCoordinates(NamedTuple):
     """The coupled noise of a tree grown from a pass (docs/design.md §2.3): a node at depth d commits with step
@@ -83,11 +85,28 @@ class Drafter(Protocol):
         (depth of the frontier node below the root) -> float [F, B] position logits."""
 
 
+def resampled_confidence(topk_probs, topk_ids, seed: int, rows, block_start, steps, temperature: float,
+                         backend: str = "auto") -> torch.Tensor:
+    """[N, B]: at every position, the stale probability of the token committed there at noise step `steps` [N]:
+    the Gumbel-max over the stale top-K with that step's coupled noise, i.e. the very token
+    `spot_kernels.select_children` gives a drafted child there. T = 0: the stale top-1 probability.
+    topk_probs [N, B, K] float32/64, topk_ids [N, B, K] int64 (-1 padding), rows/block_start/steps [N] int64."""
+    if temperature == 0:
+        return topk_probs[..., 0]
+    n, B, _ = topk_probs.shape
+    every = torch.ones(n, B, dtype=torch.bool, device=topk_probs.device)
+    in_order = -torch.arange(B, dtype=topk_probs.dtype, device=topk_probs.device).expand(n, B)  # child i = position i
+    tokens = spot_kernels.select_children(in_order, every, topk_probs.new_zeros(n), topk_probs, topk_ids, seed, rows,
+                                          block_start, steps, temperature, B, backend=backend).child_tokens
+    hit = (topk_ids == tokens[..., None]) & (tokens >= 0)[..., None]
+    return (topk_probs * hit).sum(-1)
+
+
 class ConfidenceDrafter:
     """No learned model: the next commit is drafted in order of the stale confidences (Spiffy-style).
 
     resampled: at T > 0, order by the stale probability of the token each position would commit at the node's own
-    step instead (`order_model.resampled_confidence`, the token a drafted child commits there): the node's
+    step instead (`resampled_confidence`, the token a drafted child commits there): the node's
     confidence as the stale pass predicts it, which a commit rule sorts its step's set by (docs/rules.md; used
     over rules other than one: at T = 1 it took SPOT-confidence over steps:16 from 1.09x to 1.38x fewer passes
     than the rule alone, 8 prompts x 128 tokens)."""
@@ -101,8 +120,6 @@ class ConfidenceDrafter:
     def position_logits(self, stale, node_masked, node_row, depth):
         noise = stale.noise
         if self.resampled and noise is not None and noise.temperature > 0:
-            from .order_model import resampled_confidence  # (order_model imports this module)
-
             conf = resampled_confidence(stale.topk_probs[node_row], stale.topk_ids[node_row], noise.seed,
                                         noise.rows[node_row], stale.block_start[node_row],
                                         noise.root_step[node_row] + depth, noise.temperature)

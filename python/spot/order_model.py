@@ -24,7 +24,7 @@ from torch import nn
 import spot_kernels
 from spot_kernels.ops.order_logits import weight_layout
 
-from .drafters import StaleFeatures
+from .drafters import StaleFeatures, resampled_confidence  # (re-exported: the drafter and the lab read it here)
 from .limits import size
 from .loading import WEIGHTS_DIR, check_config_fields, load_checked_state, load_weights, save_weights
 
@@ -46,23 +46,6 @@ class OrderModelConfig:
     @property
     def n_features(self) -> int:
         return 2 * self.top_k + 6 + 2 * self.resampled
-
-
-def resampled_confidence(topk_probs, topk_ids, seed: int, rows, block_start, steps, temperature: float,
-                         backend: str = "auto") -> torch.Tensor:
-    """[N, B]: at every position, the stale probability of the token committed there at noise step `steps` [N]:
-    the Gumbel-max over the stale top-K with that step's coupled noise, i.e. the very token
-    `spot_kernels.select_children` gives a drafted child there. T = 0: the stale top-1 probability.
-    topk_probs [N, B, K] float32/64, topk_ids [N, B, K] int64 (-1 padding), rows/block_start/steps [N] int64."""
-    if temperature == 0:
-        return topk_probs[..., 0]
-    n, B, _ = topk_probs.shape
-    every = torch.ones(n, B, dtype=torch.bool, device=topk_probs.device)
-    in_order = -torch.arange(B, dtype=topk_probs.dtype, device=topk_probs.device).expand(n, B)  # child i = position i
-    tokens = spot_kernels.select_children(in_order, every, topk_probs.new_zeros(n), topk_probs, topk_ids, seed, rows,
-                                          block_start, steps, temperature, B, backend=backend).child_tokens
-    hit = (topk_ids == tokens[..., None]) & (tokens >= 0)[..., None]
-    return (topk_probs * hit).sum(-1)
 
 
 def order_features(topk_probs, confidence, stale_masked, node_masked, k: int, resampled=None) -> torch.Tensor:
