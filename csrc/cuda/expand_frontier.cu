@@ -1,15 +1,24 @@
-// spot::_expand_frontier_cuda: one depth of a static draft tree (docs/ops.md, "Frontier expansion"; the oracle is
+// spot::_expand_frontier_cuda and spot::_expand_steps_cuda: one depth of a static draft tree, one commit or one
+// whole rule step per child (docs/ops.md, "Frontier expansion"; the oracle is
 // spot_kernels/reference/expand_frontier.py).
 //
-// One thread block per row, as the Triton kernel's one program per row. Its warps take the row's w frontier nodes in
-// turn and run select_children's per-node code on each (select_children.cuh's node_children, the code of
-// spot::_select_children_cuda), writing the row's n = w * branch children straight into the outputs. After a block
-// barrier (global writes of a block are visible to the block after __syncthreads) each thread takes children c:
-// its effective log-probability (-inf where the child has no token) and its rank in the row, the number of children
-// before it in a stable descending sort (O(n) per child, n is a tree's width times its branching); a child of rank
-// r < W is the next frontier's slot r. A second barrier, then the -inf written back, each child's state (its frontier
-// node's, with the token clamped to >= 0 at its position) and the kept children's states, all by the whole block
-// over [n, B]. One launch, no host synchronisation, outputs independent of the launch geometry.
+// expand_frontier: one thread block per row, as the Triton kernel's one program per row. Its warps take the row's w
+// frontier nodes in turn and run select_children's per-node code on each (select_children.cuh's node_children, the code
+// of spot::_select_children_cuda), writing the row's n = w * branch children straight into the outputs. After a block
+// barrier (global writes of a block are visible to the block after __syncthreads) each thread takes children c: its
+// effective log-probability (-inf where the child has no token) and its rank in the row, the number of children before
+// it in a stable descending sort (O(n) per child, n is a tree's width times its branching); a child of rank r < W is
+// the next frontier's slot r. A second barrier, then the -inf written back, each child's state (its frontier node's,
+// with the token clamped to >= 0 at its position) and the kept children's states, all by the whole block over [n, B].
+// One launch, no host synchronisation, outputs independent of the launch geometry.
+//
+// expand_steps: one thread block per row too. The block draws the row's token at every position once
+// (select_children.cuh's position_token: every node of the row draws the same), then its warps take the row's
+// frontier nodes: ranks of the eligible positions by counting, the Plackett-Luce prefixes by one lane (sequential in
+// double, the CPU kernel's and the reference's arithmetic, so near-ties order the same), the 8 (B + 1) candidates a
+// lane each, the `branch` best by counting ranks among them, and the children's states; then the row's next
+// frontier as expand_frontier's. The per-node arrays live in a global scratch buffer. One launch, no host
+// synchronisation, outputs independent of the launch geometry.
 
 #include "select_children.cuh"
 
