@@ -1,7 +1,8 @@
 // select_children's per-node device code (docs/ops.md, "Drafter child selection"), shared by the kernels of
 // spot::_select_children_cuda (select_children.cu, one warp per frontier node) and spot::_expand_frontier_cuda
 // (expand_frontier.cu, the warps of a row's block over its frontier nodes), as the Triton kernels share
-// `node_children`; and the host checks and dtype dispatch of both launches.
+// `node_children`; its per-position token (`position_token`) also drafts spot::_expand_steps_cuda's sets; and the
+// host checks and dtype dispatch of these launches.
 //
 // One warp computes one node's k children; lane l owns block positions l, l + 32, ... Two warp reductions give the
 // number of eligible positions (masked, logit not NaN or -inf), the number of +inf logits and the finite maximum, a
@@ -40,6 +41,33 @@ struct StaleTopK {
     return s;
   }
 };
+
+// The token of a child committing block position j: the Gumbel-max over j's stale top-K entries (ids >= 0, probs
+// > 0; ties keep the lowest entry) with the coupled noise of (row, position, step) at T > 0, the stale top-1 id at
+// T = 0, -1 when K = 0 or no entry qualifies. The one draw of select_children and expand_steps, so that both commit
+// the same token at the same position and step.
+template <typename Q>
+__device__ __forceinline__ int64_t position_token(const StaleTopK<Q>& stale, int64_t j, bool tempered, uint32_t skey,
+                                                  int64_t row, int64_t position, int64_t step) {
+  if (stale.top == 0) return -1;
+  const int64_t* ids = stale.ids + j * stale.i_pos;
+  if (!tempered) return ids[0];
+  const Q* probs = stale.probs + j * stale.p_pos;
+  const uint32_t key = row_key(skey, row, position, step);
+  int64_t token = -1;
+  Q best = -inf_of<Q>();
+  for (int64_t i = 0; i < stale.top; ++i) {
+    const int64_t id = ids[i * stale.i_entry];
+    const Q p = probs[i * stale.p_entry];
+    if (!(id >= 0 && p > Q(0))) continue;
+    const Q v = dlog(p) + gumbel_from_word<Q>(noise_word(key, id));
+    if (v > best || token < 0) {  // strict: ties keep the lowest i
+      best = v;
+      token = id;
+    }
+  }
+  return token;
+}
 
 // The k children of one frontier node, written to slots 0..k-1 of pos_out / lp_out / tok_out. Called by a whole warp
 // (every lane, the same arguments). logits: the node's B logits; masked(j): whether position j is masked; path: the
@@ -111,28 +139,7 @@ __device__ void node_children(const P* logits, const Masked& masked, int64_t blo
     }
     lp_out[rank] = path + d;
 
-    int64_t token = -1;
-    if (stale.top > 0) {
-      const Q* probs = stale.probs + j * stale.p_pos;
-      const int64_t* ids = stale.ids + j * stale.i_pos;
-      if (!tempered) {
-        token = ids[0];
-      } else {
-        const uint32_t key = row_key(skey, row, start + j, step);
-        Q best = -inf_of<Q>();
-        for (int64_t i = 0; i < stale.top; ++i) {
-          const int64_t id = ids[i * stale.i_entry];
-          const Q p = probs[i * stale.p_entry];
-          if (!(id >= 0 && p > Q(0))) continue;
-          const Q v = dlog(p) + gumbel_from_word<Q>(noise_word(key, id));
-          if (v > best || token < 0) {  // strict: ties keep the lowest i
-            best = v;
-            token = id;
-          }
-        }
-      }
-    }
-    tok_out[rank] = token;
+    tok_out[rank] = position_token(stale, j, tempered, skey, row, start + j, step);
   }
   // Padding: fewer eligible positions than children asked for.
   for (int64_t r = (n_eligible < k ? n_eligible : k) + lane; r < k; r += 32) {

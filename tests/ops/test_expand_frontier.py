@@ -470,3 +470,45 @@ def test_expand_steps_backends_without_rows(backend):
     got, want = backend.both("expand_steps", *backend.to(*empty))
     assert_steps_match(got, want, torch.float64)
     assert [tuple(x.shape) for x in got] == [(0, 0), (0, 0, 8), (0, 0), (0, 8), (0,)]
+
+
+@pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
+@pytest.mark.parametrize("pdt,qdt", [(torch.float32, torch.float32), (torch.float64, torch.float64),
+                                     (torch.float32, torch.float64), (torch.float64, torch.float32)])
+def test_expand_steps_cpp_kernels_at_wider_rows(backend, pdt, qdt):
+    """More frontier nodes per row than the CUDA kernel has warps, more children per row than threads, B above a
+    warp, mixed dtypes of the logits and the stale top-K, and a width above the row's children (W = n)."""
+    for seed, (b, w, block, top, branch, width, temperature) in enumerate(
+            [(2, 9, 40, 6, 20, 50, 1.0), (3, 5, 33, 3, 150, 1000, 0.0)]):
+        args = _to(make_step_args(20 + seed, b, w, block, top, temperature, branch, width), pdt)
+        args[4] = args[4].to(qdt)
+        got, want = backend.both("expand_steps", *backend.to(*args))
+        assert_steps_match(got, want, pdt)
+        assert got[2].shape == (b, min(width, w * branch)) and (got[0] > -math.inf).any()
+
+
+@pytest.mark.parametrize("backend", CUDA_KERNELS, indirect=True)
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_expand_steps_opcheck_of_the_cuda_kernel(backend, temperature):
+    args = _to(make_step_args(13, temperature=temperature), torch.float32)
+    backend.opcheck("expand_steps", *backend.to(*args))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("backend", ["cuda"], indirect=True)
+def test_expand_steps_cuda_graph_capture(backend):
+    """No host synchronisation or synchronous allocation: captured once, a replay follows new inputs."""
+    from helpers import capture
+
+    args = list(backend.to(*make_step_args(14, b=4, w=4, block=32, top=8, branch=8, width=4)))
+    eager = [x.clone() for x in backend.run("expand_steps", *args)]
+    graph, captured = capture(lambda: backend.run("expand_steps", *args))
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, eager):
+        assert torch.equal(a.nan_to_num(), b.nan_to_num())
+    args[0].mul_(0.5)  # new logits in the same buffer
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(captured, backend.run("expand_steps", *args)):
+        assert torch.equal(a.nan_to_num(), b.nan_to_num())
