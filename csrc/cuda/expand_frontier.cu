@@ -85,34 +85,56 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The host checks expand_frontier and expand_steps share, in the router's order; size_logprob [F, B + 1] of the
+// logits' dtype is expand_steps' only (nullptr for expand_frontier).
+struct FrontierArgs {
+  c10::ScalarType pdt, qdt;
+  int64_t frontier, block, b, w;
+};
+
+FrontierArgs check_frontier_args(const char* op, const at::Tensor& position_logits, const at::Tensor& states,
+                                 const at::Tensor& path_logprob, const at::Tensor* size_logprob,
+                                 const at::Tensor& stale_topk_probs, const at::Tensor& stale_topk_ids, int64_t seed,
+                                 const at::Tensor& rows, const at::Tensor& block_start, const at::Tensor& steps,
+                                 double temperature, int64_t branch, int64_t width) {
+  const auto pdt = check_frontier_logits(op, position_logits, path_logprob);
+  const int64_t frontier_nodes = position_logits.size(0), block = position_logits.size(1);
+  check_dtype(op, "rows", rows, at::kLong);
+  TORCH_CHECK_VALUE(rows.dim() == 1, "spot.", op, ": rows must have 1 dimensions, got shape ", shape_str(rows.sizes()));
+  const int64_t b = rows.size(0);
+  TORCH_CHECK_VALUE(b > 0 ? frontier_nodes % b == 0 : frontier_nodes == 0, "spot.", op,
+                    ": position_logits must hold w frontier nodes per row, F = b * w with b = ", b,
+                    " (rows.shape[0]), got F = ", frontier_nodes);
+  check_dtype(op, "states", states, at::kLong);
+  check_shape(op, "states", states, {frontier_nodes, block}, "position_logits.shape");
+  if (size_logprob != nullptr) {
+    check_dtype(op, "size_logprob", *size_logprob, pdt);
+    check_shape(op, "size_logprob", *size_logprob, {frontier_nodes, block + 1}, "[F, B + 1] from position_logits");
+  }
+  const auto qdt = check_stale_topk(op, stale_topk_probs, stale_topk_ids, b, block, "[b, B, K]",
+                                    "b from rows, B from position_logits");
+  check_dtype(op, "block_start", block_start, at::kLong);
+  check_shape(op, "block_start", block_start, {b}, "[b] from rows");
+  check_dtype(op, "steps", steps, at::kLong);
+  check_shape(op, "steps", steps, {b}, "[b] from rows");
+  check_seed(op, seed);
+  check_temperature(op, temperature);
+  TORCH_CHECK_VALUE(branch >= 1 && branch <= 65536, "spot.", op, ": branch must lie in [1, 65537), got ", branch);
+  TORCH_CHECK_VALUE(width >= 1, "spot.", op, ": width must lie in [1, inf), got ", width);
+  return {pdt, qdt, frontier_nodes, block, b, b > 0 ? frontier_nodes / b : 0};
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> expand_frontier_cuda(
     const at::Tensor& position_logits_in, const at::Tensor& states_in, const at::Tensor& path_logprob_in,
     const at::Tensor& stale_topk_probs, const at::Tensor& stale_topk_ids, int64_t seed, const at::Tensor& rows_in,
     const at::Tensor& block_start_in, const at::Tensor& steps_in, double temperature, int64_t mask_id, int64_t branch,
     int64_t width) {
   const char* op = "expand_frontier";
-  const auto pdt = check_frontier_logits(op, position_logits_in, path_logprob_in);
-  const int64_t frontier_nodes = position_logits_in.size(0), block = position_logits_in.size(1);
-  check_dtype(op, "rows", rows_in, at::kLong);
-  TORCH_CHECK_VALUE(rows_in.dim() == 1, "spot.", op, ": rows must have 1 dimensions, got shape ",
-                    shape_str(rows_in.sizes()));
-  const int64_t b = rows_in.size(0);
-  TORCH_CHECK_VALUE(b > 0 ? frontier_nodes % b == 0 : frontier_nodes == 0, "spot.", op,
-                    ": position_logits must hold w frontier nodes per row, F = b * w with b = ", b,
-                    " (rows.shape[0]), got F = ", frontier_nodes);
-  const int64_t w = b > 0 ? frontier_nodes / b : 0;
-  check_dtype(op, "states", states_in, at::kLong);
-  check_shape(op, "states", states_in, {frontier_nodes, block}, "position_logits.shape");
-  const auto qdt = check_stale_topk(op, stale_topk_probs, stale_topk_ids, b, block, "[b, B, K]",
-                                    "b from rows, B from position_logits");
-  check_dtype(op, "block_start", block_start_in, at::kLong);
-  check_shape(op, "block_start", block_start_in, {b}, "[b] from rows");
-  check_dtype(op, "steps", steps_in, at::kLong);
-  check_shape(op, "steps", steps_in, {b}, "[b] from rows");
-  check_seed(op, seed);
-  check_temperature(op, temperature);
-  TORCH_CHECK_VALUE(branch >= 1 && branch <= 65536, "spot.", op, ": branch must lie in [1, 65537), got ", branch);
-  TORCH_CHECK_VALUE(width >= 1, "spot.", op, ": width must lie in [1, inf), got ", width);
+  const FrontierArgs args = check_frontier_args(op, position_logits_in, states_in, path_logprob_in, nullptr,
+                                                stale_topk_probs, stale_topk_ids, seed, rows_in, block_start_in,
+                                                steps_in, temperature, branch, width);
+  const auto pdt = args.pdt, qdt = args.qdt;
+  const int64_t block = args.block, b = args.b, w = args.w;
   check_cuda(op, {{"position_logits", &position_logits_in}, {"states", &states_in}, {"path_logprob", &path_logprob_in},
                   {"stale_topk_probs", &stale_topk_probs}, {"stale_topk_ids", &stale_topk_ids}, {"rows", &rows_in},
                   {"block_start", &block_start_in}, {"steps", &steps_in}});
@@ -397,30 +419,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> expand_st
     int64_t seed, const at::Tensor& rows_in, const at::Tensor& block_start_in, const at::Tensor& steps_in,
     double temperature, int64_t mask_id, int64_t branch, int64_t width) {
   const char* op = "expand_steps";
-  const auto pdt = check_frontier_logits(op, position_logits_in, path_logprob_in);
-  const int64_t frontier_nodes = position_logits_in.size(0), block = position_logits_in.size(1);
-  check_dtype(op, "rows", rows_in, at::kLong);
-  TORCH_CHECK_VALUE(rows_in.dim() == 1, "spot.", op, ": rows must have 1 dimensions, got shape ",
-                    shape_str(rows_in.sizes()));
-  const int64_t b = rows_in.size(0);
-  TORCH_CHECK_VALUE(b > 0 ? frontier_nodes % b == 0 : frontier_nodes == 0, "spot.", op,
-                    ": position_logits must hold w frontier nodes per row, F = b * w with b = ", b,
-                    " (rows.shape[0]), got F = ", frontier_nodes);
-  const int64_t w = b > 0 ? frontier_nodes / b : 0;
-  check_dtype(op, "states", states_in, at::kLong);
-  check_shape(op, "states", states_in, {frontier_nodes, block}, "position_logits.shape");
-  check_dtype(op, "size_logprob", size_logprob_in, pdt);
-  check_shape(op, "size_logprob", size_logprob_in, {frontier_nodes, block + 1}, "[F, B + 1] from position_logits");
-  const auto qdt = check_stale_topk(op, stale_topk_probs, stale_topk_ids, b, block, "[b, B, K]",
-                                    "b from rows, B from position_logits");
-  check_dtype(op, "block_start", block_start_in, at::kLong);
-  check_shape(op, "block_start", block_start_in, {b}, "[b] from rows");
-  check_dtype(op, "steps", steps_in, at::kLong);
-  check_shape(op, "steps", steps_in, {b}, "[b] from rows");
-  check_seed(op, seed);
-  check_temperature(op, temperature);
-  TORCH_CHECK_VALUE(branch >= 1 && branch <= 65536, "spot.", op, ": branch must lie in [1, 65537), got ", branch);
-  TORCH_CHECK_VALUE(width >= 1, "spot.", op, ": width must lie in [1, inf), got ", width);
+  const FrontierArgs args = check_frontier_args(op, position_logits_in, states_in, path_logprob_in, &size_logprob_in,
+                                                stale_topk_probs, stale_topk_ids, seed, rows_in, block_start_in,
+                                                steps_in, temperature, branch, width);
+  const auto pdt = args.pdt, qdt = args.qdt;
+  const int64_t frontier_nodes = args.frontier, block = args.block, b = args.b, w = args.w;
   // the scratch holds ranks and candidate indices as int32
   TORCH_CHECK_VALUE(block < (int64_t{1} << 27), "spot.", op, ": B must lie in [0, 2^27), got ", block);
   check_cuda(op, {{"position_logits", &position_logits_in}, {"states", &states_in}, {"path_logprob", &path_logprob_in},
