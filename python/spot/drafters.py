@@ -111,6 +111,9 @@ class ConfidenceDrafter:
     over rules other than one: at T = 1 it took SPOT-confidence over steps:16 from 1.09x to 1.38x fewer passes
     than the rule alone, 8 prompts x 128 tokens)."""
 
+    resampled = False  # (class defaults: a subclass that keeps its own __init__ drafts as before)
+    branch = None
+
     def __init__(self, resampled: bool = False):
         self.resampled = resampled
         # a rule's children are sets (eight variants of each size, spot_kernels.expand_steps): drafted eight per

@@ -272,7 +272,11 @@ def test_sigint_ends_the_command_with_one_line_and_status_130():
     argv = [sys.executable, "-m", "spot", "bench", "--target", "random", "--num-prompts", "500", "--methods",
             "standard", "--max-new-tokens", "64", "--block-size", "4", "--budget", "4"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env) as proc:
+    # SIGINT at its default in the child: a test run started in the background of a non-interactive shell ignores
+    # SIGINT, the child inherits that, and Python then installs no KeyboardInterrupt handler (the command ran on)
+    restore = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    with subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
+                          preexec_fn=restore) as proc:
         seen = b""
         deadline = time.time() + 120
         while b"method=standard" not in seen and time.time() < deadline:  # the bar's postfix: decoding
