@@ -46,23 +46,24 @@ $(TF4)/.installed: $(VENV)/.installed
 
 # The numerics-sensitive tests once more at the SIMD levels of a CPU without AVX-512 (docs/half_precision.md, "SIMD
 # levels"): ATEN_CPU_CAPABILITY sets the level of ATen's kernels and of the C++ CPU kernels (csrc/cpu/simd.h) for the
-# process. At AVX2: the C++ kernels against the reference, exactness and batch invariance of the embedded target, the
-# Hugging Face self-check and exactness; at the baseline ISA, where it is cheap: the kernels and the embedded target.
-# Last, the projections' row check on MKL's AVX2 kernels, which an Intel CPU without AVX-512 runs.
+# process. At AVX2: the C++ CPU kernels against the reference, exactness and batch invariance of the embedded target,
+# the Hugging Face self-check and exactness; at the baseline ISA, the cheapest of those. The Triton interpreter and
+# the CUDA emulation run the same code at every level (SIMD_SKIP). Last, the projections' row check on MKL's AVX2
+# kernels, which an Intel CPU without AVX-512 runs.
 SIMD_AVX2_TESTS    := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/test_select_children.py \
-                      tests/ops/test_expand_frontier.py tests/ops/test_order_logits.py tests/ops/test_tree_attention.py \
+                      tests/ops/test_expand_frontier.py tests/ops/test_order_logits.py tests/ops/test_commit_rule.py \
                       tests/runtime/test_half_precision.py tests/runtime/test_batching.py tests/runtime/test_target.py \
-                      tests/runtime/test_decode.py tests/runtime/test_embedded.py $(HF_TESTS)
+                      tests/runtime/test_embedded.py tests/integrations/test_hf.py
 SIMD_DEFAULT_TESTS := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/test_select_children.py \
-                      tests/runtime/test_half_precision.py tests/runtime/test_batching.py tests/runtime/test_target.py \
-                      tests/integrations/test_hf.py
+                      tests/runtime/test_half_precision.py tests/integrations/test_hf.py
+SIMD_SKIP          := -k "not triton and not emulation"
 
 test: install $(TF4)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests -q
 	PYTHONPATH=$(TF4) $(BIN)/python -m pytest $(HF_TESTS) -q -p no:cacheprovider -k "not llada2_pipeline and not llada2_drop_in"
-	ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest $(SIMD_AVX2_TESTS) -q -p no:cacheprovider
-	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest $(SIMD_DEFAULT_TESTS) -q -p no:cacheprovider
+	ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest $(SIMD_AVX2_TESTS) $(SIMD_SKIP) -q -p no:cacheprovider
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest $(SIMD_DEFAULT_TESTS) $(SIMD_SKIP) -q -p no:cacheprovider
 	MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest tests/runtime/test_target.py -q -p no:cacheprovider -k linear_rows
 
 bench: install
