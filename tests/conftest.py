@@ -14,9 +14,11 @@ if not torch.cuda.is_available():
 
 # torch.compile's inductor cache under the checkout's .cache/ (git-ignored), not the machine-wide /tmp one: a cache
 # that other processes write at the same time, or that another torch build left behind, crashed inductor's
-# compile here (a segfault in test_the_round_compiles_with_inductor); a clean clone starts with an empty one.
+# compile here (a segfault in test_the_round_compiles_with_inductor); a clean clone starts with an empty one. One
+# cache per ATEN_CPU_CAPABILITY: inductor's cache key leaves it out, and a round compiled at the native level then
+# loaded under `avx2` failed in its generated wrapper (`tuple args required`, then IndexError on a rerun).
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), ".cache", "torchinductor"))
+    os.path.abspath(__file__))), ".cache", "torchinductor", os.environ.get("ATEN_CPU_CAPABILITY") or "native"))
 
 
 @pytest.fixture(scope="session")
