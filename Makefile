@@ -48,8 +48,8 @@ $(TF4)/.installed: $(VENV)/.installed
 # levels"): ATEN_CPU_CAPABILITY sets the level of ATen's kernels and of the C++ CPU kernels (csrc/cpu/simd.h) for the
 # process. At AVX2: the C++ CPU kernels against the reference, exactness and batch invariance of the embedded target,
 # the Hugging Face self-check and exactness; at the baseline ISA, the cheapest of those. The Triton interpreter and
-# the CUDA emulation run the same code at every level (SIMD_SKIP). Last, the projections' row check on MKL's AVX2
-# kernels, which an Intel CPU without AVX-512 runs.
+# the CUDA emulation run the same code at every level (SIMD_SKIP). Last, on MKL's AVX2 kernels (what an Intel CPU
+# without AVX-512 runs), the projections' and the node attention's row checks and the embedded target's exactness.
 SIMD_AVX2_TESTS    := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/test_select_children.py \
                       tests/ops/test_expand_frontier.py tests/ops/test_order_logits.py tests/ops/test_commit_rule.py \
                       tests/runtime/test_half_precision.py tests/runtime/test_batching.py tests/runtime/test_target.py \
@@ -64,7 +64,8 @@ test: install $(TF4)/.installed
 	PYTHONPATH=$(TF4) $(BIN)/python -m pytest $(HF_TESTS) -q -p no:cacheprovider -k "not llada2_pipeline and not llada2_drop_in"
 	ATEN_CPU_CAPABILITY=avx2 $(BIN)/python -m pytest $(SIMD_AVX2_TESTS) $(SIMD_SKIP) -q -p no:cacheprovider
 	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest $(SIMD_DEFAULT_TESTS) $(SIMD_SKIP) -q -p no:cacheprovider
-	MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest tests/runtime/test_target.py -q -p no:cacheprovider -k linear_rows
+	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 $(BIN)/python -m pytest tests/runtime/test_target.py \
+		tests/runtime/test_half_precision.py -q -p no:cacheprovider -k "linear_rows or prefix_rows or embedded"
 
 bench: install
 	$(BIN)/python -m spot bench --json bench-decode.json

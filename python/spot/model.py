@@ -196,6 +196,30 @@ def _call_rows(k: int, n: int, dtype: torch.dtype, threads: int, count: int) -> 
     return count if torch.equal(F.linear(x[:count], w), blocks) else LINEAR_ROWS
 
 
+@functools.lru_cache(maxsize=None)
+def prefix_rows_depend_on_count(head_dim: int, block_size: int, dtype: torch.dtype, threads: int,
+                                backend: str) -> bool:
+    """Whether the CPU node attention's prefix products (`spot_kernels.tree_attention`'s reference: the query rows
+    of all nodes against the prefix keys, batched over heads) give a node's rows another result when other nodes'
+    rows share the call, on this machine: checked once per head size, block size, dtype, intra-op thread count and
+    op backend, on fixed random data through the op itself, one node alone against the same node among 4 and 16 (16 nodes of
+    B = 32 take MKL's AVX2 sgemm past its row blocking; its AVX-512 and baseline kernels pass)."""
+    g = torch.Generator().manual_seed(0)
+    heads, nodes, prefix = 2, 16, 64
+    dtype = torch.float64 if dtype == torch.float64 else torch.float32  # what the op computes in (any other dtype:
+    # rounded data, whose short products can sum exactly in any order and hide the blocking)
+    q = torch.randn(1, heads, nodes, block_size, head_dim, generator=g).to(dtype)
+    k_prefix, v_prefix = (torch.randn(1, heads, prefix, head_dim, generator=g).to(dtype) for _ in range(2))
+    k_nodes, v_nodes = (torch.randn(1, heads, nodes, block_size, head_dim, generator=g).to(dtype) for _ in range(2))
+    start = torch.zeros(1, dtype=torch.long)
+
+    def attend(count):
+        return spot_kernels.tree_attention(q[:, :, :count], k_prefix, v_prefix, k_nodes[:, :, :count],
+                                           v_nodes[:, :, :count], start, backend=backend)[:, :, 0]
+    alone = attend(1)
+    return not all(torch.equal(attend(count), alone) for count in (4, nodes))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -506,7 +530,24 @@ class Attention(nn.Module):
                 padded += 1
             q_nodes, k_nodes, v_nodes = (F.pad(t, (0, 0, 0, 0, 0, padded - n)) for t in (q_nodes, k_nodes, v_nodes))
         k_prefix, v_prefix = keys[:, :, :prefix], values[:, :, :prefix]
-        if triton_path and B & (B - 1):
+        # On a CPU whose BLAS sums a row of the prefix products otherwise with the call's row count (MKL's AVX2
+        # sgemm), one call per node: its B rows are then the same call whatever the other nodes are.
+        per_node = (qh.device.type == "cpu" and not triton_path and padded > 1
+                    and not torch.compiler.is_compiling()
+                    and prefix_rows_depend_on_count(hd, B, qh.dtype, torch.get_num_threads(),
+                                                    kernels.attention_backend))
+        if per_node:
+            def attend(r, rows, ks, j):  # batch rows `rows` (keys from ks on), node j
+                return spot_kernels.tree_attention(q_nodes[rows, :, j:j + 1], k_prefix[rows, :, ks:],
+                                                   v_prefix[rows, :, ks:], k_nodes[rows, :, j:j + 1],
+                                                   v_nodes[rows, :, j:j + 1], r, backend=kernels.attention_backend)
+            if own_rows:
+                zero = tree.key_start.new_zeros(1)
+                nodes = torch.cat([torch.cat([attend(zero, slice(r, r + 1), ks, j) for j in range(n)], dim=2)
+                                   for r, ks in enumerate(starts)])
+            else:  # (the padding nodes, there for the batched call, are left out)
+                nodes = torch.cat([attend(tree.key_start, slice(None), 0, j) for j in range(n)], dim=2)
+        elif triton_path and B & (B - 1):
             # The Triton kernel streams the node-local keys of a tile of query rows (which may span several nodes)
             # in BLOCK_N-key steps from the tile's first node: when B is not a power of two, a node's keys are cut
             # into other steps depending on where the node sits, and its online softmax rounds otherwise (measured

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import spot
+from spot.loading import embedded_target_available
 from spot.model import BlockDiffusionLM, KVCache
 import helpers
 from tiny import TINY, sharp_target, target_with_sessions
@@ -418,3 +419,40 @@ def test_a_linear_rows_result_does_not_depend_on_the_call(k, n):
             for i in picked:
                 if start <= i < start + m:
                     assert torch.equal(out[i - start], alone[i]), (start, m, i)
+
+
+@pytest.mark.skipif(not embedded_target_available(), reason="no embedded weights in this checkout")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_nodes_prefix_rows_do_not_depend_on_the_other_nodes(threads, monkeypatch):
+    """The CPU node attention: a drafted node's float32 logits on the embedded model are the same bits alone and
+    first among 15 others at B 32, for two sequences. Where this machine's BLAS sums a row of the prefix products otherwise with the call's row count (MKL's
+    AVX2 sgemm: `make test` runs this under MKL_ENABLE_INSTRUCTIONS=AVX2), model.prefix_rows_depend_on_count says
+    so and the attention takes one call per node; the batched call alone then fails this test."""
+    from spot import model
+
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        target = spot.load_target()
+        B, prompt = 32, [[5, 6, 7, 8, 9], [10, 11]]
+        block = torch.full((2, B), target.mask_id)
+        drafted = block.clone()
+        drafted[:, :2] = torch.tensor([20, 21])
+        nodes = drafted[:, None].repeat(1, 16, 1)
+        nodes[:, 1:, B - 1] = 30 + torch.arange(15)
+
+        def alone_and_together():
+            alone, together = (target.start(prompt, 2 * B, B) for _ in range(2))
+            for s in (alone, together):
+                s.score(block[:, None])  # appends the prompt: the same for both
+            return alone.score(drafted[:, None])[:, 0], together.score(nodes)[:, 0]
+
+        a, t = alone_and_together()
+        assert torch.equal(a, t)
+        hd = target.model.cfg.head_dim
+        if model.prefix_rows_depend_on_count(hd, B, torch.float32, threads, "auto"):
+            monkeypatch.setattr(model, "prefix_rows_depend_on_count", lambda *args: False)  # the batched call
+            a, t = alone_and_together()
+            assert not torch.equal(a, t), "the check found a dependence the batched call does not show"
+    finally:
+        torch.set_num_threads(saved)
