@@ -14,7 +14,8 @@ import re
 import sys
 
 from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
-from .decode import CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, generate, resolve_rule
+from .decode import (CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, confidence_drafter, generate,
+                     resolve_rule)
 from .rules import parse_rule
 from .settings import Batching, TreeSettings
 from .tree import BRANCH, WIDTH, tree_branch
@@ -125,7 +126,7 @@ def _drafter(methods, a):
 
 
 BENCH_PROMPTS = 8  # `spot bench` without --num-prompts or --prompts-file
-BENCH_METHODS = "standard,confidence,spot,oracle"  # `spot bench` without --methods (oracle: one commit per step only)
+BENCH_METHODS = "standard,confidence,spot,oracle"  # `spot bench` without --methods
 PROMPT_LEN = 16  # random prompts' length without --prompt-len
 
 
@@ -188,7 +189,7 @@ def cmd_generate(a) -> int:
     target = target_from_args(a)
     prompts = _prompts(a, target)[:1]
     settings = _settings(a)
-    _check_rule_methods(a.rule, methods)
+    _check_rule(a.rule)
     if a.show_order and a.rule not in ("one",):
         raise SystemExit(f"--show-order: shows one commit per pass; it has no view of --rule {a.rule}'s steps yet")
     _check_settings(target, prompts, settings)
@@ -262,8 +263,6 @@ def cmd_bench(a) -> int:
     if a.plot:
         _check_plot_folder(a.plot)
     rules = _rules(a.rules) if a.rules else None
-    if a.methods == BENCH_METHODS and any(r != "one" for r in rules or [a.rule]):  # the default list: oracle is a
-        methods = [m for m in methods if m != "oracle"]  # one-commit diagnostic, left out of rules' runs
     target = target_from_args(a)
     prompts = _prompts(a, target)
     if not prompts:
@@ -272,7 +271,7 @@ def cmd_bench(a) -> int:
         a.budget = str(budgets[0])  # --budgets replaces --budget
     settings = _settings(a)
     for rule in rules or [a.rule]:
-        _check_rule_methods(rule, methods)
+        _check_rule(rule)
         for budget in budgets or [settings["budget"]]:
             _check_settings(target, prompts, {**settings, "budget": budget, "rule": rule})
     drafter = _drafter(methods, a)
@@ -282,10 +281,20 @@ def cmd_bench(a) -> int:
         report = run_rules(target, prompts, methods, rules, **common, **settings)
     else:
         report = run_bench(target, prompts, methods, **common, **settings)
-    if a.branch is None:  # each method grew its trees with its own branch: {method: branch}
+    if a.branch is None:  # each method grew its trees with its own branch: {method: branch} (per rule with rules)
         own = drafter if isinstance(drafter, dict) else {"": drafter}  # "spot[NAME]"[5:-1] = NAME, "spot"[5:-1] = ""
-        report["settings"]["branch"] = {name: tree_branch(own.get(name[5:-1]) if name.startswith("spot") else None)
-                                        for name in report["methods"] if name != "standard"}
+
+        def branches(rule) -> dict:
+            def drafter_of(name):  # the drafter whose `branch` a method's trees take (decode.generate)
+                if name.startswith("spot"):
+                    return own.get(name[5:-1])
+                if name == "confidence":
+                    return confidence_drafter(resolve_rule(rule, target, name, settings["block_size"], "prob")[0])
+                return None
+            return {name: tree_branch(drafter_of(name)) for name in report["methods"] if name != "standard"}
+        report["settings"]["branch"] = branches(rules[0] if rules else a.rule)
+        for rule in rules or []:
+            report["by_rule"][rule]["branch"] = branches(rule)
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter
@@ -315,12 +324,10 @@ def _rules(text: str) -> list[str]:
     return items
 
 
-def _check_rule_methods(rule: str, methods) -> None:
+def _check_rule(rule: str) -> None:
     with _named_flags():
         if rule != "family":
             parse_rule(rule)
-    if rule not in ("one", "family") and "oracle" in methods:
-        raise SystemExit(f"--methods: oracle drafts one-commit orders; drop it for --rule {rule}")
 
 
 def _int_list(flag: str, text: str) -> list[int]:

@@ -97,6 +97,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     """
     tree, batching = _tree_settings(tree, budget), _settings_object("batching", batching, Batching)
     rule, confidence = resolve_rule(rule, target, method, block_size, confidence)
+    if method == "confidence":  # before the checks: its trees take this drafter's branch
+        drafter = confidence_drafter(rule)
     prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows, tree = _check_args(
         target, prompts, method, max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
         seed=seed, tree=tree, batching=batching, drafter=drafter, confidence=confidence, top_k=top_k, eos_id=eos_id,
@@ -110,10 +112,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
             orders = generate(target, prompts, "standard", max_new_tokens=max_new_tokens, block_size=block_size,
                               temperature=temperature, seed=seed, eos_id=eos_id, confidence=confidence,
                               top_k=top_k, rows=rows, backend=backend, batching=batching,
-                              allow_partial_block=allow_partial_block).orders
-        drafter = OracleDrafter(orders.to(dev))
-    elif method == "confidence":
-        drafter = ConfidenceDrafter(resampled=not rule.is_one)
+                              allow_partial_block=allow_partial_block, rule=rule).orders
+        drafter = OracleDrafter(orders.to(dev), ranked=not rule.is_one)
     round_fns = RoundFunctions() if tree.compile is None else compiled(tree.compile, target.device.type == "cuda")
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
     if method == "standard" or tree.budget == 1:
@@ -335,6 +335,12 @@ class _CommitOrders:
         return self.flat[:-1].view(self.shape)
 
 
+def confidence_drafter(rule: CommitRule) -> ConfidenceDrafter:
+    """The drafter method="confidence" runs: over a rule other than one, ranked by the resampled confidence and
+    eight children per node (docs/rules.md section 3)."""
+    return ConfidenceDrafter(resampled=not rule.is_one)
+
+
 def resolve_rule(rule, target, method: str, block_size, confidence: str) -> tuple[CommitRule, str]:
     """(the commit rule, the confidence kind) of a decode: `rule` parsed (spot.rules.parse_rule; "family": the
     target's `default_rule`, a rule or a callable of the block size that returns one), checked against the block
@@ -355,9 +361,6 @@ def resolve_rule(rule, target, method: str, block_size, confidence: str) -> tupl
             raise ValueError(f"confidence: rule {rule} computes its confidence as {rule.confidence!r}, but "
                              f"confidence={confidence!r} was given")
         confidence = rule.confidence
-    if method == "oracle" and not rule.is_one:
-        raise ValueError(f"method='oracle': the oracle drafts one-commit orders; with rule {rule} use "
-                         "'confidence' or 'spot'")
     return rule, confidence
 
 
@@ -497,7 +500,7 @@ def _check_args(target, prompts, method, *, max_new_tokens, block_size, temperat
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")
     max_new_tokens, block_size = ints["max_new_tokens"], ints["block_size"]
-    tree = tree.resolved(drafter if method == "spot" else None, target.device)
+    tree = tree.resolved(drafter if method in ("spot", "confidence") else None, target.device)
     in_flight = len(clean) if batching.max_batch is None else min(len(clean), batching.max_batch)
     _check_pass_memory(target, in_flight, block_size, tree)
     _check_output_memory(len(clean), max_new_tokens, block_size)

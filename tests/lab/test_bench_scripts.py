@@ -68,3 +68,15 @@ def test_bench_script_refuses_a_json_path_before_running(name, tmp_path, monkeyp
         with pytest.raises(ValueError, match=message):
             script(name).main(["--json", str(path)])
         assert not path.exists()
+
+
+@pytest.mark.parametrize("temperature", ["0", "1"])
+def test_rule_step_coverage_runs(temperature):
+    """bench/rule_step_coverage.py (docs/rules.md, "Where T 1 loses"): its fractions nest as they must: a set right
+    with its tokens right never outnumbers the steps whose tokens are right, nor a first pair the eight candidates
+    (which include it)."""
+    report = script("rule_step_coverage").main(["--rule", "steps:4", "--temperature", temperature, "--num-prompts", "1",
+                                                "--max-new-tokens", "16", "--block-size", "8"])
+    assert report["steps"] > 0
+    for name in ("resampled", "learned"):
+        assert 0 <= report[name + "1"] <= report[name + "8"] <= report["tokens"] <= 1

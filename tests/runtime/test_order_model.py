@@ -207,7 +207,8 @@ def test_sharpness_scales_the_logits_and_is_read_from_drafter_json(tmp_path):
 
 def test_a_drafter_carries_its_tree_branch(tmp_path, target, monkeypatch):
     """drafter.json's optional `tree_branch` becomes LearnedDrafter.branch (bad values refused, naming the file);
-    `generate` grows spot's trees with it unless given a branch, `confidence` keeps spot.tree.BRANCH, and an
+    `generate` grows spot's trees with it unless given a branch, `confidence` keeps its own (spot.tree.BRANCH for one
+    commit per step, eight over a rule), and an
     online wrapper passes its base's on. The tokens are standard's whatever the branch."""
     model = small_model(4)
     save_order_model(model, tmp_path, extra={"tree_branch": 7})
@@ -232,6 +233,11 @@ def test_a_drafter_carries_its_tree_branch(tmp_path, target, monkeypatch):
         seen.clear()
         out = spot.generate(target, PROMPTS, method, **extra, **kw)
         assert out.tokens == ref.tokens and seen and set(seen) == {want}, (method, extra)
+    # over a rule, `confidence` drafts its sets eight per node (ConfidenceDrafter(resampled=True).branch)
+    ref = spot.generate(target, PROMPTS, "standard", rule="steps:2", **kw)
+    seen.clear()
+    out = spot.generate(target, PROMPTS, "confidence", rule="steps:2", **kw)
+    assert out.tokens == ref.tokens and set(seen) == {spot.ConfidenceDrafter(resampled=True).branch} == {8}
     for bad in (0, 2.0, True, "4"):
         meta = json.loads((tmp_path / "drafter.json").read_text())
         (tmp_path / "drafter.json").write_text(json.dumps({**meta, "tree_branch": bad}))

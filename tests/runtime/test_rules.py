@@ -76,8 +76,6 @@ def test_a_rule_must_fit_the_block_before_any_pass(target):
         generate(target, PROMPTS[:1], "standard", max_new_tokens=8, block_size=4, rule=4)
     with pytest.raises(ValueError, match="names no sampler default"):
         generate(target, PROMPTS[:1], "standard", max_new_tokens=8, block_size=4, rule="family")
-    with pytest.raises(ValueError, match="oracle drafts one-commit orders"):
-        generate(target, PROMPTS[:1], "oracle", max_new_tokens=8, block_size=4, rule="steps:2")
     with pytest.raises(ValueError, match="computes its confidence as 'neg_entropy'"):
         generate(target, PROMPTS[:1], "standard", max_new_tokens=8, block_size=4, rule="dream:4,alg:entropy",
                  confidence="margin")
@@ -155,8 +153,8 @@ def test_a_rule_commits_several_positions_per_step_on_this_target(target):
 @pytest.mark.parametrize("rule", RULES)
 @pytest.mark.parametrize("temperature", [0.0, 0.7, 1.0])
 def test_speculation_over_a_rule_equals_standard(target, rule, temperature):
-    """confidence and spot (a drafter object) over the rule: the tokens and commit orders of standard with it, in no
-    more passes, batched and unbatched, two block sizes, two seeds; drafted steps are accepted."""
+    """confidence, spot (a drafter object) and oracle over the rule: the tokens and commit orders of standard with
+    it, in no more passes, batched and unbatched, two block sizes, two seeds; drafted steps are accepted."""
     drafter = spot.ConfidenceDrafter()
     accepted = 0
     for block_size, seed in itertools.product([4, 8], [0, 1]):
@@ -167,7 +165,7 @@ def test_speculation_over_a_rule_equals_standard(target, rule, temperature):
             kw = dict(max_new_tokens=block_size + block_size // 2, block_size=block_size, temperature=temperature,
                       seed=seed, rows=rows, rule=rule, eos_id=None)
             ref = generate(target, prompts, "standard", **kw)
-            for method in ("confidence", "spot"):
+            for method in ("confidence", "spot", "oracle"):
                 out = generate(target, prompts, method, drafter=drafter if method == "spot" else None, budget=8, **kw)
                 assert out.tokens == ref.tokens, (method, block_size, seed, prompts)
                 assert torch.equal(out.orders, ref.orders)
@@ -208,3 +206,26 @@ def test_orders_list_each_steps_positions_together(target):
     order = out.orders[0, 0].tolist()
     assert sorted(order) == list(range(8))
     assert all(order[i] < order[i + 1] for i in range(0, 8, 2))
+
+
+def test_the_oracle_ranks_a_rules_steps_in_their_order(target):
+    """Over a rule the oracle ranks every pending position by its place in standard's order, so each node's next
+    step is the first m ranks (the first one alone would make no set of two); committed positions are ineligible."""
+    std = generate(target, PROMPTS[:1], "standard", eos_id=None, rule="steps:2", max_new_tokens=8, block_size=8)
+    order = std.orders[0, 0]
+    oracle = spot.OracleDrafter(std.orders, ranked=True)
+    masked = torch.ones(2, 8, dtype=torch.bool)
+    masked[1, order[:4]] = False  # a node after two steps
+    stale = spot.StaleFeatures(torch.zeros(1, 8, 4), torch.zeros(1, 8, 4, dtype=torch.long),
+                               torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8), masked[:1], torch.zeros(
+                                   1, dtype=torch.long), 0)
+    logits = oracle.position_logits(stale, masked, torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))
+    for node, first in ((0, 0), (1, 4)):
+        ranked = torch.sort(logits[node], descending=True, stable=True).indices
+        assert set(ranked[:2].tolist()) == set(order[first:first + 2].tolist())
+        assert ranked[:8 - first].tolist() == order[first:].tolist()
+    assert torch.isinf(logits[1, order[:4]]).all() and torch.isfinite(logits[1, order[4:]]).all()
+    # one commit per step keeps its chain: the first pending position alone
+    one = spot.OracleDrafter(std.orders).position_logits(stale, masked, torch.zeros(2, dtype=torch.long),
+                                                         torch.zeros(2, dtype=torch.long))
+    assert torch.isfinite(one).sum(1).tolist() == [1, 1]
