@@ -202,8 +202,8 @@ def prefix_rows_depend_on_count(head_dim: int, block_size: int, dtype: torch.dty
     """Whether the CPU node attention's prefix products (`spot_kernels.tree_attention`'s reference: the query rows
     of all nodes against the prefix keys, batched over heads) give a node's rows another result when other nodes'
     rows share the call, on this machine: checked once per head size, block size, dtype, intra-op thread count and
-    op backend, on fixed random data through the op itself, one node alone against the same node among 4 and 16 (16 nodes of
-    B = 32 take MKL's AVX2 sgemm past its row blocking; its AVX-512 and baseline kernels pass)."""
+    op backend, on fixed random data through the op itself, one node alone against the same node among 4 and 16
+    (16 nodes of B = 32 take MKL's AVX2 sgemm past its row blocking; its AVX-512 and baseline kernels pass)."""
     g = torch.Generator().manual_seed(0)
     heads, nodes, prefix = 2, 16, 64
     dtype = torch.float64 if dtype == torch.float64 else torch.float32  # what the op computes in (any other dtype:

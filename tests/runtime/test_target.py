@@ -425,9 +425,10 @@ def test_a_linear_rows_result_does_not_depend_on_the_call(k, n):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_nodes_prefix_rows_do_not_depend_on_the_other_nodes(threads, monkeypatch):
     """The CPU node attention: a drafted node's float32 logits on the embedded model are the same bits alone and
-    first among 15 others at B 32, for two sequences. Where this machine's BLAS sums a row of the prefix products otherwise with the call's row count (MKL's
-    AVX2 sgemm: `make test` runs this under MKL_ENABLE_INSTRUCTIONS=AVX2), model.prefix_rows_depend_on_count says
-    so and the attention takes one call per node; the batched call alone then fails this test."""
+    first among 15 others at B 32, for two sequences. Where this machine's BLAS sums a row of the prefix products
+    otherwise with the call's row count (MKL's AVX2 sgemm: `make test` runs this under MKL_ENABLE_INSTRUCTIONS=AVX2),
+    model.prefix_rows_depend_on_count says so and the attention takes one call per node; the batched call alone then
+    fails this test."""
     from spot import model
 
     saved = torch.get_num_threads()
