@@ -530,41 +530,32 @@ class Attention(nn.Module):
                 padded += 1
             q_nodes, k_nodes, v_nodes = (F.pad(t, (0, 0, 0, 0, 0, padded - n)) for t in (q_nodes, k_nodes, v_nodes))
         k_prefix, v_prefix = keys[:, :, :prefix], values[:, :, :prefix]
-        # On a CPU whose BLAS sums a row of the prefix products otherwise with the call's row count (MKL's AVX2
-        # sgemm), one call per node: its B rows are then the same call whatever the other nodes are.
-        per_node = (qh.device.type == "cpu" and not triton_path and padded > 1
-                    and not torch.compiler.is_compiling()
-                    and prefix_rows_depend_on_count(hd, B, qh.dtype, torch.get_num_threads(),
-                                                    kernels.attention_backend))
-        if per_node:
-            def attend(r, rows, ks, j):  # batch rows `rows` (keys from ks on), node j
-                return spot_kernels.tree_attention(q_nodes[rows, :, j:j + 1], k_prefix[rows, :, ks:],
-                                                   v_prefix[rows, :, ks:], k_nodes[rows, :, j:j + 1],
-                                                   v_nodes[rows, :, j:j + 1], r, backend=kernels.attention_backend)
-            if own_rows:
-                zero = tree.key_start.new_zeros(1)
-                nodes = torch.cat([torch.cat([attend(zero, slice(r, r + 1), ks, j) for j in range(n)], dim=2)
-                                   for r, ks in enumerate(starts)])
-            else:  # (the padding nodes, there for the batched call, are left out)
-                nodes = torch.cat([attend(tree.key_start, slice(None), 0, j) for j in range(n)], dim=2)
-        elif triton_path and B & (B - 1):
-            # The Triton kernel streams the node-local keys of a tile of query rows (which may span several nodes)
-            # in BLOCK_N-key steps from the tile's first node: when B is not a power of two, a node's keys are cut
-            # into other steps depending on where the node sits, and its online softmax rounds otherwise (measured
-            # under the interpreter: 6e-8 in float32 for B = 3, 5, 6). One call per node is invariant by
-            # construction (the node is then alone in its call); a power-of-two B is checked invariant batched.
-            nodes = torch.cat([spot_kernels.tree_attention(q_nodes[:, :, j:j + 1], k_prefix, v_prefix,
-                                                           k_nodes[:, :, j:j + 1], v_nodes[:, :, j:j + 1],
-                                                           tree.key_start, backend="triton") for j in range(n)], dim=2)
-        elif own_rows:
+        # One call per node where a node's rows would otherwise change with the other nodes of the call (the node is
+        # then alone in its call, invariant by construction):
+        # - on a CPU whose BLAS sums a row of the prefix products otherwise with the call's row count (MKL's AVX2
+        #   sgemm; prefix_rows_depend_on_count);
+        # - on the Triton path when B is not a power of two: the kernel streams the node-local keys of a tile of
+        #   query rows (which may span several nodes) in BLOCK_N-key steps from the tile's first node, so a node's
+        #   keys are cut into other steps depending on where the node sits, and its online softmax rounds otherwise
+        #   (measured under the interpreter: 6e-8 in float32 for B = 3, 5, 6); a power-of-two B is checked
+        #   invariant batched.
+        one_by_one = (triton_path and B & (B - 1)) or (
+            qh.device.type == "cpu" and not triton_path and padded > 1 and not torch.compiler.is_compiling()
+            and prefix_rows_depend_on_count(hd, B, qh.dtype, torch.get_num_threads(), kernels.attention_backend))
+
+        def attend(q_, kp, vp, kn, vn, key_start):  # one batched call, or one per real node (not the padding ones)
+            if not one_by_one:
+                return spot_kernels.tree_attention(q_, kp, vp, kn, vn, key_start, backend=kernels.attention_backend)
+            return torch.cat([spot_kernels.tree_attention(q_[:, :, j:j + 1], kp, vp, kn[:, :, j:j + 1],
+                                                          vn[:, :, j:j + 1], key_start,
+                                                          backend=kernels.attention_backend) for j in range(n)], dim=2)
+
+        if own_rows:
             zero = tree.key_start.new_zeros(1)
-            nodes = torch.cat([spot_kernels.tree_attention(q_nodes[r:r + 1], k_prefix[r:r + 1, :, ks:],
-                                                           v_prefix[r:r + 1, :, ks:], k_nodes[r:r + 1],
-                                                           v_nodes[r:r + 1], zero, backend=kernels.attention_backend)
-                               for r, ks in enumerate(starts)])
+            nodes = torch.cat([attend(q_nodes[r:r + 1], k_prefix[r:r + 1, :, ks:], v_prefix[r:r + 1, :, ks:],
+                                      k_nodes[r:r + 1], v_nodes[r:r + 1], zero) for r, ks in enumerate(starts)])
         else:
-            nodes = spot_kernels.tree_attention(q_nodes, k_prefix, v_prefix, k_nodes, v_nodes, tree.key_start,
-                                                backend=kernels.attention_backend)
+            nodes = attend(q_nodes, k_prefix, v_prefix, k_nodes, v_nodes, tree.key_start)
         parts.append(nodes[:, :, :n].reshape(b, hq, n * B, hd))
         return torch.cat(parts, dim=2)
 
