@@ -24,7 +24,7 @@ import torch
 
 import spot
 import spot_kernels
-from spot.drafters import NoiseCoordinates, StaleFeatures, resampled_confidence
+from spot.drafters import NoiseCoordinates, StaleFeatures, resampled_confidence, resampled_tokens
 from spot.prompts import held_out_prompts
 from spot.rules import parse_rule
 from spot_kernels.reference.expand_frontier import STEP_VARIANTS
@@ -89,11 +89,8 @@ def main(argv=None) -> dict:
                     learned = drafter.position_logits(features, masked, zero, zero)[0]
                     resampled = resampled_confidence(features.topk_probs, features.topk_ids, 0, rows,
                                                      session.block_start, step, T)[0]
-                    every = torch.ones(1, B, dtype=torch.bool)
-                    tokens = spot_kernels.select_children(
-                        -torch.arange(B, dtype=features.topk_probs.dtype)[None], every, torch.zeros(1),
-                        features.topk_probs, features.topk_ids, 0, rows, session.block_start, step, T,
-                        B).child_tokens[0]
+                    tokens = resampled_tokens(features.topk_probs, features.topk_ids, 0, rows, session.block_start,
+                                              step, T)[0]
                     right = all(int(tokens[q]) == int(out.tokens[0, 0, q]) for q in true_set)
                     counts["steps"] += 1
                     counts["tokens"] += right

@@ -93,13 +93,20 @@ def resampled_confidence(topk_probs, topk_ids, seed: int, rows, block_start, ste
     topk_probs [N, B, K] float32/64, topk_ids [N, B, K] int64 (-1 padding), rows/block_start/steps [N] int64."""
     if temperature == 0:
         return topk_probs[..., 0]
+    tokens = resampled_tokens(topk_probs, topk_ids, seed, rows, block_start, steps, temperature, backend)
+    hit = (topk_ids == tokens[..., None]) & (tokens >= 0)[..., None]
+    return (topk_probs * hit).sum(-1)
+
+
+def resampled_tokens(topk_probs, topk_ids, seed: int, rows, block_start, steps, temperature: float,
+                     backend: str = "auto") -> torch.Tensor:
+    """int64 [N, B]: the token committed at every position at noise step `steps` [N], drawn from the stale top-K
+    (the token `spot_kernels.select_children` gives a drafted child there; -1 where there is none)."""
     n, B, _ = topk_probs.shape
     every = torch.ones(n, B, dtype=torch.bool, device=topk_probs.device)
     in_order = -torch.arange(B, dtype=topk_probs.dtype, device=topk_probs.device).expand(n, B)  # child i = position i
-    tokens = spot_kernels.select_children(in_order, every, topk_probs.new_zeros(n), topk_probs, topk_ids, seed, rows,
-                                          block_start, steps, temperature, B, backend=backend).child_tokens
-    hit = (topk_ids == tokens[..., None]) & (tokens >= 0)[..., None]
-    return (topk_probs * hit).sum(-1)
+    return spot_kernels.select_children(in_order, every, topk_probs.new_zeros(n), topk_probs, topk_ids, seed, rows,
+                                        block_start, steps, temperature, B, backend=backend).child_tokens
 
 
 class ConfidenceDrafter:
