@@ -8,7 +8,9 @@ every step s >= 1 of a block with more masked positions than the step commits, f
   <ranking>8  the set is one of the eight candidates spot::expand_steps builds from the ranking (STEP_VARIANTS),
               with the tokens right.
 Rankings: `resampled` (the confidence drafter over a rule: drafters.resampled_confidence at the step) and `learned`
-(the position logits of the shipped drafter, or of --drafter).
+(the position logits of the shipped drafter, or of --drafter). `probe_tokens`, `probe1`, `probe8`: the same with the
+resampled ranking, from the node a step back plus the previous step's more confident commit (what a probe that
+holds that commit gives the next tree, docs/rules.md "Probes"; one extra pass per step, not counted anywhere).
 
     OMP_NUM_THREADS=1 python bench/rule_step_coverage.py --rule steps:16 --temperature 1 --num-prompts 8
 """
@@ -48,6 +50,13 @@ def ranking(scores: torch.Tensor, masked: torch.Tensor) -> list[int]:
     return [p for p in order.tolist() if masked[p]]
 
 
+def _scorable(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """A pass's logits with the mask token never a candidate (as the decoder scores them)."""
+    logits = logits.clone()
+    logits[..., mask_id] = -math.inf
+    return logits
+
+
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rule", default="steps:16")
@@ -71,12 +80,11 @@ def main(argv=None) -> dict:
             block = torch.full((1, B), target.mask_id)
             step = torch.zeros(1, dtype=torch.long)
             stale = stale_masked = None  # the pass one step back, and the block it scored
+            half = None  # the block one step back plus that step's more confident commit
             while (block == target.mask_id).any():
                 masked = block == target.mask_id
-                logits = session.score(block[:, None]).clone()
-                logits[..., target.mask_id] = -math.inf
-                out = spot_kernels.score(logits, masked[:, None], 0, rows[:, None], session.block_start[:, None],
-                                         step[:, None], T)
+                out = spot_kernels.score(_scorable(session.score(block[:, None]), target.mask_id), masked[:, None], 0,
+                                         rows[:, None], session.block_start[:, None], step[:, None], T)
                 commit = spot_kernels.commit_rule(out.confidence, masked[:, None], step[:, None], tables.quota,
                                                   tables.thresholds, tables.inclusive)[0, 0]
                 true_set = frozenset(torch.nonzero(commit).flatten().tolist())
@@ -98,7 +106,22 @@ def main(argv=None) -> dict:
                         order = ranking(scores, masked[0])
                         counts[name + "1"] += right and frozenset(order[:len(true_set)]) == true_set
                         counts[name + "8"] += right and true_set in candidate_sets(order, len(true_set))
+                    probe = spot_kernels.score(_scorable(session.score(half[:, None]), target.mask_id),
+                                               half[:, None] == target.mask_id, 0, rows[:, None],
+                                               session.block_start[:, None], step[:, None], T)
+                    p_probs, p_ids = probe.topk_probs[:, 0], probe.topk_ids[:, 0]
+                    p_tokens = resampled_tokens(p_probs, p_ids, 0, rows, session.block_start, step, T)[0]
+                    p_right = all(int(p_tokens[q]) == int(out.tokens[0, 0, q]) for q in true_set)
+                    order = ranking(resampled_confidence(p_probs, p_ids, 0, rows, session.block_start, step, T)[0],
+                                    masked[0])
+                    counts["probe_tokens"] += p_right
+                    counts["probe1"] += p_right and frozenset(order[:len(true_set)]) == true_set
+                    counts["probe8"] += p_right and true_set in candidate_sets(order, len(true_set))
                 stale, stale_masked = out, masked
+                half = block.clone()
+                if true_set:  # (a step may commit nothing: Dream's schedule)
+                    first = max(true_set, key=lambda q: (float(out.confidence[0, 0, q]), -q))
+                    half[0, first] = out.tokens[0, 0, first]
                 block = torch.where(commit[None], out.tokens[:, 0], block)
                 step += 1
             session.append(block)

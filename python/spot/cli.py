@@ -18,7 +18,7 @@ from .decode import (CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, con
                      resolve_rule)
 from .rules import parse_rule
 from .settings import Batching, TreeSettings
-from .tree import BRANCH, WIDTH, tree_branch
+from .tree import BRANCH, WIDTH, default_probes, tree_branch
 
 
 def _drafter_arg(p: argparse.ArgumentParser) -> None:
@@ -295,6 +295,10 @@ def cmd_bench(a) -> int:
         report["settings"]["branch"] = branches(rules[0] if rules else a.rule)
         for rule in rules or []:
             report["by_rule"][rule]["branch"] = branches(rule)
+    for rule in rules or []:  # the probes each rule's trees held (TreeSettings.probes=None: the rule's default)
+        tables = resolve_rule(rule, target, "spot", settings["block_size"], "prob")[0]
+        report["by_rule"][rule]["probes"] = 0 if tables.is_one else default_probes(
+            tables.tables(settings["block_size"], "cpu"), report["settings"]["budget"])
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter

@@ -102,7 +102,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows, tree = _check_args(
         target, prompts, method, max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
         seed=seed, tree=tree, batching=batching, drafter=drafter, confidence=confidence, top_k=top_k, eos_id=eos_id,
-        rows=rows, allow_partial_block=allow_partial_block, progress=progress, on_pass=on_pass, orders=orders)
+        rows=rows, allow_partial_block=allow_partial_block, progress=progress, on_pass=on_pass, orders=orders,
+        rule=rule)
     if eos_id == -1:
         eos_id = target.eos_id
     b, dev = len(prompts), target.device
@@ -120,7 +121,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         drafter = None
     cfg = RoundConfig(target.mask_id, seed, temperature, confidence, min(top_k, target.vocab_size), backend,
                       tree.budget, tree.width, tree.branch, eos_id, tree.static, tree.score_all_nodes,
-                      None if rule.is_one else rule.tables(block_size, dev))
+                      None if rule.is_one else rule.tables(block_size, dev), 0 if drafter is None else tree.probes)
     stats = DecodeStats(method)
 
     t0 = time.perf_counter()
@@ -471,7 +472,7 @@ def _check_orders(orders, prompts: list[list[int]], max_new_tokens: int, block_s
 
 def _check_args(target, prompts, method, *, max_new_tokens, block_size, temperature, seed, tree: TreeSettings,
                 batching: Batching, drafter, confidence, top_k, eos_id=-1, rows=None, allow_partial_block=False,
-                progress=None, on_pass=None, orders=None):
+                progress=None, on_pass=None, orders=None, rule=None):
     """Every argument of `generate` checked (errors name the argument; `tree` and `batching` checked their fields
     when made) and normalised: returns (prompts, max_new_tokens, block_size, seed, temperature, eos_id, rows, tree),
     the tree settings resolved for this decode (`TreeSettings.resolved`)."""
@@ -500,7 +501,8 @@ def _check_args(target, prompts, method, *, max_new_tokens, block_size, temperat
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")
     max_new_tokens, block_size = ints["max_new_tokens"], ints["block_size"]
-    tree = tree.resolved(drafter if method in ("spot", "confidence") else None, target.device)
+    tables = None if rule is None or rule.is_one else rule.tables(block_size, "cpu")  # the probes' default
+    tree = tree.resolved(drafter if method in ("spot", "confidence") else None, target.device, tables)
     in_flight = len(clean) if batching.max_batch is None else min(len(clean), batching.max_batch)
     _check_pass_memory(target, in_flight, block_size, tree)
     _check_output_memory(len(clean), max_new_tokens, block_size)

@@ -56,6 +56,12 @@ class RoundConfig:
     # the commit rule as data (spot.rules.RuleTables) for every rule but one commit per step (None: the one-commit
     # path, spot_kernels.verify_tree); with it a node is the block after a whole step of the rule
     rule: RuleTables | None = None
+    probes: int = 0  # with a rule: nodes of each tree's budget that are probes (spot.tree.default_probes)
+
+    def __post_init__(self):
+        if self.probes and (self.rule is None or not 0 <= self.probes < self.budget):
+            raise ValueError(f"RoundConfig.probes: {self.probes} probes need a commit rule (they are partial steps) "
+                             f"and fewer than the budget's {self.budget} nodes")
 
 
 class Settled(NamedTuple):
@@ -88,8 +94,9 @@ def settle(cfg: RoundConfig, tree: Tree, logits: NodeLogits | torch.Tensor, bloc
            sequence: torch.Tensor | None = None, need_stale: bool = True) -> Settled:
     """Score the tree's nodes from the target's `logits` ([b, N, B, V] or a pass's NodeLogits), accept the longest
     chain equal to the target's own commits, close rows past an end-of-sequence token, and keep the deepest
-    accepted node's outputs (unless `need_stale` is False: nothing will draft from them, Settled.stale is None).
-    block_index / sequence are recorded on the stale features (StaleFeatures)."""
+    accepted node's outputs (unless `need_stale` is False: nothing will draft from them, Settled.stale is None;
+    with a rule, the outputs of `freshest_node`). block_index / sequence are recorded on the stale features
+    (StaleFeatures)."""
     masked = tree.states == cfg.mask_id
     all_nodes = cfg.static or cfg.score_all_nodes
     stuck = None
@@ -106,6 +113,10 @@ def settle(cfg: RoundConfig, tree: Tree, logits: NodeLogits | torch.Tensor, bloc
             scored, commit = score_step_chain(cfg, logits, masked, tree, rows, block_start, step)
         accepted_pos, n_acc, n_steps, new_block, last, stuck = verify_steps(cfg, tree, scored, commit, masked)
         new_step = step + n_steps
+        if need_stale:  # the next tree is drafted from the node that has seen most of the new block
+            last = freshest_node(tree, masked, new_block, last)
+            if not all_nodes:
+                scored = score_nodes_at(cfg, logits, masked, tree, rows, block_start, step, scored, last)
     if cfg.eos_id is not None:
         new_block = close_after_eos(new_block, cfg.eos_id, cfg.mask_id)
     stale = stale_features(cfg, scored, masked, last, rows, block_start, block_index, new_step, sequence) \
@@ -245,6 +256,37 @@ def score_step_chain(cfg: RoundConfig, logits: NodeLogits, masked, tree: Tree, r
         node[r] = torch.where(found, child.to(torch.int8).argmax(1), at)
         r = r[found]
     return ScoreOutput(tok, conf, topk_p, topk_i, commit_pos), commit
+
+
+def freshest_node(tree: Tree, masked: torch.Tensor, block: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """[b] the node a rule's next tree is drafted from: of the nodes whose commits the new `block` holds (the
+    accepted chain, and a probe whose one commit the target's step made too), the one with the most commits, ties
+    to the deepest accepted node `last`. Its outputs have seen more of the new block than `last`'s (docs/rules.md,
+    "Probes"); drafting reads nothing else of it, so the tokens do not change. Fixed shapes, no host sync."""
+    n = masked.shape[1]
+    within = ((tree.states == block[:, None]) | masked).all(2)
+    is_last = torch.arange(n, device=last.device)[None] == last[:, None]
+    key = torch.where(within, 2 * (~masked).sum(2) + is_last, -1)  # the first of equal keys: the root, not padding
+    return key.argmax(1)
+
+
+def score_nodes_at(cfg: RoundConfig, logits: NodeLogits | torch.Tensor, masked, tree: Tree, rows, block_start, step,
+                   scored: ScoreOutput, nodes: torch.Tensor) -> ScoreOutput:
+    """The CPU path's `scored` (score_step_chain) with node `nodes[i]` of row i scored too where it is not yet
+    (its token is -1 at every position: a node off the chain). A host sync; rows whose node is scored cost
+    nothing."""
+    r = torch.nonzero((scored.tokens[torch.arange(len(nodes), device=nodes.device), nodes] < 0).all(1)).flatten()
+    if not len(r):
+        return scored
+    if not isinstance(logits, NodeLogits):
+        logits = NodeLogits(logits)
+    at = nodes[r]
+    out = spot_kernels.score(_without_mask_token(logits.of(r, at), cfg.mask_id)[:, None], masked[r, at, None],
+                             cfg.seed, rows[r, None], block_start[r, None], (step[r] + tree.depth[r, at])[:, None],
+                             cfg.temperature, confidence=cfg.confidence, top_k=cfg.top_k, backend=cfg.backend)
+    for have, new in zip(scored, out):
+        have[r, at] = new[:, 0]
+    return scored
 
 
 def verify(cfg: RoundConfig, tree: Tree, scored: ScoreOutput, block: torch.Tensor):

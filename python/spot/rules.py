@@ -104,12 +104,15 @@ class RuleTables:
         (+inf: none passes); compared in the confidence's dtype.
     inclusive: `>=` instead of `>`.
     rule: the rule these tables were built from.
+    several_per_step: a step of the quota's own schedule over a block (no threshold) commits more than one
+        position, Dream's last step (all that is left) aside: a host bool, which spot.tree.default_probes reads.
     """
 
     quota: torch.Tensor
     thresholds: torch.Tensor
     inclusive: bool
     rule: CommitRule
+    several_per_step: bool = False
 
     @property
     def has_threshold(self) -> bool:
@@ -146,7 +149,11 @@ def _tables(rule: CommitRule, block_size: int, device: torch.device) -> RuleTabl
         thresholds[:] = 1 - rule.threshold / (r + 2)
         thresholds[:, 0] = -inf
         thresholds[n[1:], n[1:] - 1] = -inf
-    return RuleTables(quota.to(device), thresholds.to(device), rule.inclusive, rule)
+    n_left, several = B, False  # along the quota's own schedule (a threshold only adds commits)
+    for row in quota[:-1] if rule.kind == "dream" else quota:
+        q = min(int(row[n_left]), n_left)
+        several, n_left = several or q >= 2, n_left - q
+    return RuleTables(quota.to(device), thresholds.to(device), rule.inclusive, rule, several)
 
 
 def _number(rule: str, term: str, value: str, kind):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from . import limits
-from .tree import WIDTH, tree_branch
+from .tree import WIDTH, default_probes, tree_branch
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class TreeSettings:
     forward. A compiled round is a static one. None: eager (docs/round.md says why on CPU).
     score_all_nodes: score every tree node in one call (None: on accelerators) or only the chain verification can
     reach (the CPU default, where each scored row costs time); the tokens are the same either way.
+    probes: with a commit rule, how many of the budget's nodes are probes, partial steps scored so that the next
+    tree is drafted from fresher outputs (docs/rules.md, "Probes"; None: spot.tree.default_probes, two for a rule
+    whose steps commit several positions at budget 15 and more; 0 for rule="one").
     """
 
     budget: int = 16
@@ -37,6 +40,7 @@ class TreeSettings:
     static: bool | None = None
     compile: str | Callable | None = None
     score_all_nodes: bool | None = None
+    probes: int | None = None
 
     def __post_init__(self):
         for name in ("budget", "width", "branch"):
@@ -47,6 +51,11 @@ class TreeSettings:
             if value < 1:
                 raise ValueError(f"TreeSettings.{name}: expected >= 1, got {value}")
             object.__setattr__(self, name, value)
+        if self.probes is not None:
+            value = limits.integer("TreeSettings.probes", self.probes)
+            if not 0 <= value < self.budget:
+                raise ValueError(f"TreeSettings.probes: expected 0 <= probes < budget ({self.budget}), got {value}")
+            object.__setattr__(self, "probes", value)
         for name in ("static", "score_all_nodes"):
             _bool_or_none(f"TreeSettings.{name}", getattr(self, name))
         if self.compile is not None and not (isinstance(self.compile, str) and self.compile or
@@ -56,11 +65,16 @@ class TreeSettings:
         if self.compile is not None and self.static is False:
             raise ValueError("TreeSettings.compile: a compiled round is a static one (static=True or None)")
 
-    def resolved(self, drafter, device) -> TreeSettings:
+    def resolved(self, drafter, device, rule=None) -> TreeSettings:
         """Every None filled for one decode: branch from `drafter` (the spot drafter, else None), static and
-        score_all_nodes from the device (on when it is not a CPU; static also when compiled)."""
+        score_all_nodes from the device (on when it is not a CPU; static also when compiled), probes from the
+        commit rule's tables (`rule`, a spot.rules.RuleTables; None: one commit per step, which has none)."""
         accelerator = device.type != "cpu"
-        return replace(self, branch=tree_branch(drafter, self.branch),
+        if self.probes and rule is None:
+            raise ValueError(f"TreeSettings.probes: {self.probes} probes, but rule='one' drafts single commits, which "
+                             "are its steps (probes are partial steps of a rule that commits several)")
+        probes = default_probes(rule, self.budget) if self.probes is None else self.probes
+        return replace(self, branch=tree_branch(drafter, self.branch), probes=probes,
                        static=(accelerator or self.compile is not None) if self.static is None else self.static,
                        score_all_nodes=accelerator if self.score_all_nodes is None else self.score_all_nodes)
 

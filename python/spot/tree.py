@@ -16,7 +16,7 @@ import torch
 
 import spot_kernels
 
-from .drafters import Drafter, StaleFeatures
+from .drafters import Drafter, StaleFeatures, resampled_tokens
 
 # The default tree shape: `width` frontier nodes expanded per depth, `branch` children drafted per frontier node
 # (measured against other shapes in docs/drafter.md). `budget` caps the nodes kept whatever the shape.
@@ -30,6 +30,25 @@ def tree_branch(drafter, branch: int | None = None) -> int:
     if branch is not None:
         return branch
     return getattr(drafter, "branch", None) or BRANCH
+
+
+# A rule's trees also hold `probes` nodes: the root with ONE of its drafted next step's likeliest positions
+# committed. A probe is no step of a rule whose steps commit several positions, so verification never accepts it;
+# it is scored so that, when its commit is one of the step the target takes, the next round drafts from a node
+# that has seen it (spot.round.freshest_node): over steps:16 that ranks the next step's set better
+# (docs/rules.md, "Probes").
+PROBES = 2
+NODES_PER_PROBE = 7  # the tree nodes a probe needs beside it: a budget of 8-14 gets one probe, 15 and more two
+
+
+def default_probes(rule, budget: int) -> int:
+    """The probes of a tree (TreeSettings.probes=None): PROBES for a rule whose steps commit several positions
+    (`RuleTables.several_per_step`) and a budget that leaves NODES_PER_PROBE nodes per probe, fewer for smaller
+    budgets, none otherwise (one commit per step, threshold rules: their steps commit one position or their
+    drafted sizes already hold smaller sets)."""
+    if rule is None or not rule.several_per_step:
+        return 0
+    return min(PROBES, (budget - 1) // NODES_PER_PROBE)
 
 
 @dataclass
@@ -69,29 +88,35 @@ def grow_tree(root: torch.Tensor, step: torch.Tensor, stale: StaleFeatures, draf
     min(budget, pool) node slots, unused ones padding. Otherwise (the CPU default) the host stops growing once the
     kept set can no longer change, calls the drafter on the open frontier nodes only and trims the padding every row
     shares: a few host syncs per depth that save drafter work on a CPU. Both keep the same nodes in the same order;
-    the static tree only has more padding slots at the end."""
+    the static tree only has more padding slots at the end.
+    cfg.probes (a rule's trees): the last `probes` of the budget's nodes are probes (`_with_probes`), children of
+    the root."""
     b, B = root.shape
     logprob = torch.zeros(b, 1, dtype=stale.topk_probs.dtype, device=root.device)
     if draft_rows is not None:  # a root of -inf path probability has no children worth keeping
         logprob = torch.where(draft_rows[:, None], logprob, float("-inf"))
+    budget = cfg.budget - cfg.probes  # the drafted nodes'; the probes take the rest
     if cfg.static:
-        return _grow_static(root, step, stale, drafter, cfg, rows, logprob)
-    return _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune)
+        tree, root_scores = _grow_static(root, step, stale, drafter, cfg, rows, logprob, budget)
+    else:
+        tree, root_scores = _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, budget, prune)
+    return _with_probes(tree, root, step, stale, drafter, cfg, rows, logprob, root_scores) if cfg.probes else tree
 
 
-def _frontier_width(cfg) -> int:
+def _frontier_width(cfg, budget: int) -> int:
     """Only budget - 1 nodes are kept: a depth's frontier node past the first budget - 1 has budget - 1 older nodes
     at least as probable, and its descendants are no more probable and younger, so none of them could be kept.
     Capping the width there changes no tree, only the drafter work spent on it."""
-    return min(cfg.width, max(cfg.budget - 1, 1))
+    return min(cfg.width, max(budget - 1, 1))
 
 
-def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
+def _grow_static(root, step, stale, drafter, cfg, rows, logprob, budget):
     """grow_tree with fixed shapes and no host sync: per depth, the drafter's op and one spot::expand_frontier (the
     children, their states and the next frontier), a few ops around them (per-pass code: counted in
     docs/round.md). No pruning: a frontier node that could not have a kept child only gets children that are not
     kept either (they are no more probable than it and younger than the budget - 1 nodes it trails), so the kept
-    set is the pruned growth's."""
+    set is the pruned growth's. Returns the tree of `budget` node slots and the drafter's logits on the root
+    ([b, B]; None when no depth is grown)."""
     b, B = root.shape
     node_rows = {}  # frontier width w -> [b * w] each frontier node's row (the drafter's node_row)
     f_states, f_logprob = root, logprob.view(b)  # the frontier, flat [b * w, ...] row by row: the root first
@@ -99,12 +124,15 @@ def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
     # per depth, the children [b, w * branch, ...] (row by row: frontier slot, then child), and the frontier they
     # form ([b, W], each slot's index among that depth's children)
     states, logprobs, positions, tokens, frontiers = [], [], [], [], []
-    for d in range(tree_depths(cfg.budget, B)):
+    root_scores = None
+    for d in range(tree_depths(budget, B)):
         if w not in node_rows:
             node_rows[w] = torch.arange(b * w, device=root.device) // w  # fewer ops than repeat_interleave
         node_row = node_rows[w]
         scores = drafter.position_logits(stale, f_states == cfg.mask_id, node_row, torch.full_like(node_row, d))
-        out = _expand(cfg, scores.to(f_logprob.dtype), f_states, f_logprob, stale, rows, step + d, node_row)
+        root_scores = scores if d == 0 else root_scores
+        out = _expand(cfg, scores.to(f_logprob.dtype), f_states, f_logprob, stale, rows, step + d, node_row,
+                      _frontier_width(cfg, budget))
         states.append(out.child_states)
         logprobs.append(out.child_logprob)
         positions.append(getattr(out, "child_pos", None))
@@ -112,7 +140,7 @@ def _grow_static(root, step, stale, drafter, cfg, rows, logprob) -> Tree:
         frontiers.append(out.frontier)
         f_states, f_logprob, w = out.frontier_states, out.frontier_logprob, out.frontier.shape[1]
     return _keep_best(*_static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, cfg.branch),
-                      cfg.budget, True)
+                      budget, True), root_scores
 
 
 def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, branch):
@@ -142,14 +170,17 @@ def _static_pool(root, logprob, states, logprobs, positions, tokens, frontiers, 
             _pool_column(none, positions), _pool_column(none, tokens), depth)
 
 
-def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree:
+def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, budget, prune):
     """grow_tree on the CPU path: the host stops growth early and calls the drafter on open frontier nodes only.
     Per depth: the drafter's op, one spot::expand_frontier or spot::expand_steps (children, their states, the next
     frontier; `_expand`), a few ops
-    for the pool and the stop test, and one host sync (whether to go on, and how many frontier nodes are open)."""
+    for the pool and the stop test, and one host sync (whether to go on, and how many frontier nodes are open).
+    Returns the tree of at most `budget` nodes and the drafter's logits on the root ([b, B]; None when no depth is
+    grown)."""
     b, B = root.shape
     mask_id, branch = cfg.mask_id, cfg.branch
-    keep = cfg.budget - 1
+    keep = budget - 1
+    root_scores = None
     # the pool of drafted nodes, root first, depth after depth: per-depth pieces, concatenated once at the end
     states, logprobs, parents, positions, tokens, depths = [root[:, None]], [logprob], [], [], [], []
     f_states, f_logprob, frontier = root, logprob.view(b), None  # the frontier, flat [b * w, ...] row by row
@@ -159,7 +190,7 @@ def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree
     open_ = f_logprob > float("-inf")  # a root of -inf path probability has no children worth keeping
     # no deeper node than a row's masked positions: fewer depths to try (one sync, with the open roots' count)
     n_depths, n_open = torch.stack(((root == mask_id).sum(1).max(), open_.sum())).tolist() if b else (0, 0)
-    n_depths = min(tree_depths(cfg.budget, B), n_depths)
+    n_depths = min(tree_depths(budget, B), n_depths)
     for d in range(n_depths):
         if w not in node_rows:
             node_rows[w] = torch.arange(b * w, device=root.device) // w
@@ -167,7 +198,9 @@ def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree
                                    logprob.dtype, n_depths)
         # a closed node's logits are all -inf: no eligible position, so no child (padding: position and token -1,
         # log-probability -inf), as select_children gives a node with nothing masked
-        out = _expand(cfg, scores, f_states, f_logprob, stale, rows, step + d, node_rows[w])
+        root_scores = scores if d == 0 else root_scores
+        out = _expand(cfg, scores, f_states, f_logprob, stale, rows, step + d, node_rows[w],
+                      _frontier_width(cfg, budget))
         c_logprob = out.child_logprob  # [b, w * branch], -inf where a child has no token
         states.append(out.child_states)
         logprobs.append(c_logprob)
@@ -203,7 +236,7 @@ def _grow_on_host(root, step, stale, drafter, cfg, rows, logprob, prune) -> Tree
                       + [torch.full((b, n), d, dtype=torch.long, device=root.device) for d, n in depths], 1)
     none = torch.full((b, 1), -1, dtype=torch.long, device=root.device)
     return _keep_best(torch.cat(states, 1), torch.cat(logprobs, 1), torch.cat([none] + parents, 1),
-                      _pool_column(none, positions), _pool_column(none, tokens), depth, cfg.budget, False)
+                      _pool_column(none, positions), _pool_column(none, tokens), depth, budget, False), root_scores
 
 
 def _pool_column(root: torch.Tensor, pieces: list) -> torch.Tensor | None:
@@ -211,17 +244,45 @@ def _pool_column(root: torch.Tensor, pieces: list) -> torch.Tensor | None:
     return None if any(p is None for p in pieces) else torch.cat([root] + pieces, 1)
 
 
-def _expand(cfg, scores, f_states, f_logprob, stale, rows, steps, node_row):
+def _with_probes(tree: Tree, root, step, stale, drafter, cfg, rows, logprob, root_scores) -> Tree:
+    """`tree` with cfg.probes more nodes, children of the root (docs/rules.md, "Probes"): the root with the i-th
+    position of the drafter's ranking on it committed alone, its token drawn as a drafted child's (the stale
+    top-K with the root's step noise, `drafters.resampled_tokens`). Padding (the root's state, parent -1) where a
+    row is not drafted or has no such position. Fixed shapes, no host sync: the static round's too."""
+    b, B = root.shape
+    masked = root == cfg.mask_id
+    if root_scores is None:  # no depth was grown (a budget of probes alone, or nothing masked)
+        every = torch.arange(b, device=root.device)
+        root_scores = drafter.position_logits(stale, masked, every, torch.zeros_like(every))
+    k = min(cfg.probes, B)
+    scores = torch.where(masked, root_scores.to(stale.topk_probs.dtype), float("-inf"))
+    ranked = torch.sort(scores, dim=1, descending=True, stable=True)  # ties: the lower position
+    at, top = ranked.indices[:, :k], ranked.values[:, :k]
+    tokens = resampled_tokens(stale.topk_probs, stale.topk_ids, cfg.seed, rows, stale.block_start, step,
+                              cfg.temperature, cfg.backend).gather(1, at)
+    valid = (top > float("-inf")) & (tokens >= 0) & (logprob > float("-inf"))
+    states = torch.where(valid[..., None], root[:, None].expand(b, k, B).scatter(2, at[..., None],
+                                                                                 tokens.clamp_min(0)[..., None]),
+                         root[:, None])
+    pad = cfg.probes - k  # a block smaller than the probes: the rest padding
+    states = torch.cat((tree.states, states, root[:, None].expand(b, pad, B)), 1)
+    parents = torch.cat((tree.parents, torch.where(valid, 0, -1), valid.new_full((b, pad), -1, dtype=torch.long)), 1)
+    depth = torch.cat((tree.depth, valid.long(), tree.depth.new_zeros(b, pad)), 1)
+    return Tree(states, parents, None, None, depth)
+
+
+def _expand(cfg, scores, f_states, f_logprob, stale, rows, steps, node_row, width):
     """One depth's children: one commit each (spot::expand_frontier), or, with a commit rule (`cfg.rule`, a
-    spot.rules.RuleTables), one whole step each (spot::expand_steps), sized by `step_sizes`."""
+    spot.rules.RuleTables), one whole step each (spot::expand_steps), sized by `step_sizes`; the next frontier's
+    `width` nodes."""
     if cfg.rule is None:
         return spot_kernels.expand_frontier(
             scores, f_states, f_logprob, stale.topk_probs, stale.topk_ids, cfg.seed, rows, stale.block_start, steps,
-            cfg.temperature, cfg.mask_id, cfg.branch, _frontier_width(cfg), backend=cfg.backend)
+            cfg.temperature, cfg.mask_id, cfg.branch, width, backend=cfg.backend)
     sizes = step_sizes(cfg.rule, stale, f_states == cfg.mask_id, node_row, steps, scores.dtype, cfg.backend)
     return spot_kernels.expand_steps(
         scores, f_states, f_logprob, sizes, stale.topk_probs, stale.topk_ids, cfg.seed, rows, stale.block_start,
-        steps, cfg.temperature, cfg.mask_id, cfg.branch, _frontier_width(cfg), backend=cfg.backend)
+        steps, cfg.temperature, cfg.mask_id, cfg.branch, width, backend=cfg.backend)
 
 
 # With a threshold rule, how sure the drafted size of a step is: the size the stale confidences give gets this
@@ -242,14 +303,17 @@ def step_sizes(rule, stale: StaleFeatures, node_masked: torch.Tensor, node_row: 
                                        backend=backend)
     size = drafted.sum(1, keepdim=True)  # [F, 1]
     m = torch.arange(B + 1, device=node_masked.device)[None]
+    # a complete node (nothing masked) has no next step: no children, which would all be the node itself and take
+    # the budget from real alternatives (each as probable as its parent)
+    open_ = node_masked.any(1, keepdim=True)
     if not rule.has_threshold:
-        return torch.where(m == size, 0.0, float("-inf")).to(dtype)
+        return torch.where((m == size) & open_, 0.0, float("-inf")).to(dtype)
     n = node_masked.sum(1, keepdim=True)
     low = torch.minimum(rule.quota[node_steps.clamp_max(rule.quota.shape[0] - 1), n[:, 0]][:, None], n)
     near = (m - size).abs() == 1
     logp = torch.where(m == size, math.log(SIZE_CONFIDENCE),
                        torch.where(near & (m >= low) & (m <= n), math.log((1 - SIZE_CONFIDENCE) / 2), -math.inf))
-    return logp.to(dtype)
+    return torch.where(open_, logp, -math.inf).to(dtype)
 
 
 def _open_rows_logits(drafter, stale, node_masked, node_row, d, open_, n_open, dtype, n_depths) -> torch.Tensor:

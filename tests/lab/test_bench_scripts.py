@@ -80,3 +80,4 @@ def test_rule_step_coverage_runs(temperature):
     assert report["steps"] > 0
     for name in ("resampled", "learned"):
         assert 0 <= report[name + "1"] <= report[name + "8"] <= report["tokens"] <= 1
+    assert 0 <= report["probe1"] <= report["probe8"] <= report["probe_tokens"] <= 1

@@ -24,19 +24,20 @@ def test_bench_json_on_random_model(tmp_path, capsys):
     assert "standard" in capsys.readouterr().out
 
 
-def test_bench_over_rules_runs_the_oracle_and_reports_each_rules_branch(tmp_path):
+def test_bench_over_rules_runs_the_oracle_and_reports_each_rules_branch_and_probes(tmp_path):
     """`spot bench --rules` with oracle (a rule's steps ranked in standard's order): exact against standard with the
-    rule; each rule records the branch each method's trees took (confidence: eight over a rule, BRANCH over one)."""
+    rule; each rule records the branch each method's trees took (confidence: eight over a rule, BRANCH over one) and
+    their probes (one at budget 8 over a rule of two commits a step, none over one)."""
     import spot
 
     out = tmp_path / "rules.json"
     assert main(["bench", "--target", "random", "--num-prompts", "2", "--max-new-tokens", "8", "--block-size", "4",
-                 "--temperature", "1.0", "--budget", "4", "--rules", "one,steps:2",
+                 "--temperature", "1.0", "--budget", "8", "--rules", "one,steps:2",
                  "--methods", "standard,confidence,oracle", "--json", str(out), "--quiet"]) == 0
     report = json.loads(out.read_text())
-    for rule, branch in (("one", spot.tree.BRANCH), ("steps:2", 8)):
+    for rule, branch, probes in (("one", spot.tree.BRANCH, 0), ("steps:2", 8, 1)):
         entry = report["by_rule"][rule]
-        assert entry["branch"] == {"confidence": branch, "oracle": spot.tree.BRANCH}
+        assert entry["branch"] == {"confidence": branch, "oracle": spot.tree.BRANCH} and entry["probes"] == probes
         assert all(entry["methods"][m]["exact_match_vs_standard"] is True for m in ("confidence", "oracle"))
     assert report["settings"]["branch"] == report["by_rule"]["one"]["branch"]
 

@@ -215,12 +215,12 @@ def test_settings_objects_are_frozen_and_resolve_their_defaults():
         tree.budget = 5
     cpu, accelerator = torch.device("cpu"), torch.device("meta")
     assert TreeSettings().resolved(None, cpu) == TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH,
-                                                              static=False, score_all_nodes=False)
+                                                              static=False, score_all_nodes=False, probes=0)
     assert TreeSettings().resolved(None, accelerator) == TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH,
-                                                                      static=True, score_all_nodes=True)
+                                                                      static=True, score_all_nodes=True, probes=0)
     assert TreeSettings(compile="inductor").resolved(None, cpu).static is True
     assert TreeSettings(static=False, score_all_nodes=True).resolved(None, accelerator) == \
-        TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH, static=False, score_all_nodes=True)
+        TreeSettings(16, spot.tree.WIDTH, spot.tree.BRANCH, static=False, score_all_nodes=True, probes=0)
 
     class Drafter:
         branch = 6

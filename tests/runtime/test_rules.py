@@ -177,9 +177,11 @@ def test_speculation_over_a_rule_equals_standard(target, rule, temperature):
 @pytest.mark.parametrize("rule", ["steps:4", "threshold:0.15", "dream:4"])
 def test_the_static_round_and_the_cpu_path_agree_over_a_rule(target, rule):
     """The static round (fixed shapes, no host sync: the GPU path) and the CPU path (early stops, the chain only)
-    give the same tokens, orders and passes."""
-    for temperature in (0.0, 1.0):
-        kw = dict(max_new_tokens=12, block_size=8, temperature=temperature, seed=2, rule=rule, eos_id=None)
+    give the same tokens, orders and passes (a complete node has no children on either: the static tree once
+    filled its budget with empty steps past the block's end, and took a pass more at seed 4)."""
+    for temperature, seed, max_new_tokens in ((0.0, 2, 12), (1.0, 2, 12), (1.0, 4, 16)):
+        kw = dict(max_new_tokens=max_new_tokens, block_size=8, temperature=temperature, seed=seed, rule=rule,
+                  eos_id=None)
         static = generate(target, PROMPTS, "confidence", tree=TreeSettings(budget=8, static=True), **kw)
         host = generate(target, PROMPTS, "confidence", tree=TreeSettings(budget=8, static=False,
                                                                           score_all_nodes=False), **kw)
@@ -229,3 +231,142 @@ def test_the_oracle_ranks_a_rules_steps_in_their_order(target):
     one = spot.OracleDrafter(std.orders).position_logits(stale, masked, torch.zeros(2, dtype=torch.long),
                                                          torch.zeros(2, dtype=torch.long))
     assert torch.isfinite(one).sum(1).tolist() == [1, 1]
+
+
+# ----------------------------------------------------------------------------------------------------------- probes
+
+def test_probes_default_to_rules_whose_steps_commit_several_positions():
+    from spot.round import RoundConfig
+    from spot.tree import default_probes
+
+    cpu = torch.device("cpu")
+
+    def probes(rule, budget=16, B=32):
+        return TreeSettings(budget=budget).resolved(None, cpu, parse_rule(rule).tables(B, cpu)).probes
+
+    assert [probes("steps:16", budget) for budget in (4, 7, 8, 14, 15, 16, 32)] == [0, 0, 1, 1, 2, 2, 2]
+    assert probes("threshold:0.95,steps:16") == 2 and probes("dream:16") == 2
+    # one commit per step, a threshold's own sizes, Dream's schedule at one step per position: none
+    assert probes("steps:32") == probes("threshold:0.9") == probes("factor:1.0") == probes("dream:32") == 0
+    assert TreeSettings().resolved(None, cpu).probes == 0 == default_probes(None, 16)
+    assert TreeSettings(probes=0).resolved(None, cpu).probes == 0
+    assert TreeSettings(probes=5).resolved(None, cpu, parse_rule("threshold:0.9").tables(32, cpu)).probes == 5
+    with pytest.raises(ValueError, match="TreeSettings.probes: 2 probes, but rule='one'"):
+        TreeSettings(probes=2).resolved(None, cpu)
+    for bad in (-1, 16):
+        with pytest.raises(ValueError, match="TreeSettings.probes: expected 0 <= probes < budget"):
+            TreeSettings(budget=16, probes=bad)
+    with pytest.raises(TypeError, match="TreeSettings.probes"):
+        TreeSettings(probes=True)
+    with pytest.raises(ValueError, match="RoundConfig.probes"):
+        RoundConfig(2, 0, 0.0, budget=8, probes=1)
+
+
+@pytest.mark.parametrize("static", [True, False])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_rules_tree_ends_with_its_probes(static, temperature):
+    """The last `probes` nodes are children of the root, each the root with one position committed: the drafter's
+    i-th ranked masked position, with the token a drafted child takes there (drafters.resampled_tokens). A row that
+    is not drafted gets padding there; the static tree keeps exactly `budget` slots."""
+    from spot.drafters import resampled_tokens
+    from spot.round import RoundConfig
+    from spot.tree import grow_tree
+
+    b, B, K, mask = 3, 8, 4, 2
+    g = torch.Generator().manual_seed(int(temperature * 10) + static)
+    probs = torch.rand(b, B, K, generator=g, dtype=torch.float64).softmax(-1).sort(-1, descending=True).values
+    ids = torch.randint(3, 60, (b, B, K), generator=g)
+    stale = spot.StaleFeatures(probs, ids, ids[..., 0], probs[..., 0], torch.ones(b, B, dtype=torch.bool),
+                               torch.arange(b) * 100, 0)
+    root = torch.full((b, B), mask)
+    root[1, :3] = 9
+    step = torch.tensor([0, 1, 0])
+    rows = torch.arange(b) + 5
+    cfg = RoundConfig(mask, 7, temperature, budget=8, width=2, branch=3, static=static,
+                      rule=parse_rule("steps:4").tables(B, "cpu"), probes=2)
+    tree = grow_tree(root, step, stale, spot.ConfidenceDrafter(), cfg, rows=rows,
+                     draft_rows=torch.tensor([True, True, False]))
+    if static:
+        assert tree.states.shape[1] == cfg.budget
+    probes = slice(-2, None)
+    scores = torch.where(root == mask, probs[..., 0], -1.0)  # ConfidenceDrafter: the stale confidence's order
+    ranked = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :2]
+    tokens = resampled_tokens(probs, ids, 7, rows, stale.block_start, step, temperature)
+    for row in (0, 1):
+        assert tree.parents[row, probes].tolist() == [0, 0] and tree.depth[row, probes].tolist() == [1, 1]
+        for i, state in enumerate(tree.states[row, probes]):
+            changed = torch.nonzero(state != root[row]).flatten().tolist()
+            assert changed == [int(ranked[row, i])]
+            assert state[changed[0]] == tokens[row, changed[0]]
+    assert tree.parents[2].tolist() == [-1] * tree.states.shape[1]  # not drafted: the root and padding
+    assert (tree.states[2] == root[2]).all()
+    # the drafted nodes before the probes hold whole steps (two commits each, as far as the block goes), the
+    # probes one
+    commits = (tree.states != root[:, None]).sum(2)[:2, :-2]
+    whole = torch.minimum(2 * tree.depth[:2, :-2], (root[:2] == mask).sum(1, keepdim=True))
+    drafted = tree.parents[:2, :-2] >= 0
+    assert torch.equal(commits[drafted], whole[drafted]) and drafted.any()
+
+
+def test_the_next_tree_is_drafted_from_the_freshest_node():
+    """freshest_node: of the nodes whose commits the new block holds, the one with the most; ties to the deepest
+    accepted node; a node with a commit the block does not hold (another token, or a position still masked) is
+    never it, and neither is padding."""
+    from spot.round import freshest_node
+    from spot.tree import Tree
+
+    M = 0
+    root = torch.tensor([M, M, M, M, M, M])
+    states = torch.stack([
+        root,                                     # 0 root
+        torch.tensor([5, 6, M, M, M, M]),         # 1 a step (accepted)
+        torch.tensor([5, M, M, M, M, M]),         # 2 probe: the step's first commit
+        torch.tensor([5, 6, 7, M, M, M]),         # 3 probe of node 1: holds a commit of the block's next step
+        torch.tensor([5, 6, 8, M, M, M]),         # 4 probe of node 1: another token
+        torch.tensor([5, 6, M, M, M, 9]),         # 5 probe of node 1: a position the block leaves masked
+        root,                                     # 6 padding
+    ])[None]
+    tree = Tree(states, torch.tensor([[-1, 0, 0, 1, 1, 1, -1]]), None, None, torch.tensor([[0, 1, 1, 2, 2, 2, 0]]))
+    masked = states == M
+    block = torch.tensor([[5, 6, 7, 3, M, M]])  # node 1's successor: the step committed positions 2 and 3
+    assert freshest_node(tree, masked, block, torch.tensor([1])).tolist() == [3]
+    # without node 3: node 1 (two commits) beats the probe of the root (one)
+    drop3 = masked.clone()
+    drop3[0, 3] = False  # node 3 now commits position 0 "to the mask" nowhere: make it inconsistent instead
+    tree3 = Tree(states.clone(), tree.parents, None, None, tree.depth)
+    tree3.states[0, 3, 4] = 4
+    assert freshest_node(tree3, tree3.states == M, block, torch.tensor([1])).tolist() == [1]
+    # the root accepted alone (a block after the root's step): the probe wins over the root, never the padding
+    block0 = torch.tensor([[5, M, 2, M, M, M]])
+    assert freshest_node(tree, masked, block0, torch.tensor([0])).tolist() == [2]
+    block1 = torch.tensor([[1, M, 2, M, M, M]])  # the probe's token is not the block's
+    assert freshest_node(tree, masked, block1, torch.tensor([0])).tolist() == [0]
+
+
+@pytest.mark.parametrize("static,every", [(True, True), (False, True), (False, False)])
+def test_probes_seed_the_next_tree_on_every_path(target, static, every):
+    """Over steps:4 at B 8 (two commits a step) a pass whose probe holds one of the target's commits drafts the next
+    tree from the probe: stale features of an odd number of masked positions, where every step's node has an even
+    number. The static round,
+    the CPU path scoring every node and the one scoring the chain only (which scores the probe as well) hand the
+    same stale features on; without probes no pass does."""
+    def run(probes, static=static, every=every):
+        seen = []
+
+        def on_pass(block_index, step, stale):
+            seen.append((step.clone(), stale.masked.sum(1), stale.topk_probs.clone(), stale.tokens.clone()))
+
+        kw = dict(max_new_tokens=16, block_size=8, temperature=1.0, seed=4, rule="steps:4", eos_id=None)
+        out = generate(target, PROMPTS, "confidence", on_pass=on_pass,
+                       tree=TreeSettings(budget=8, probes=probes, static=static, score_all_nodes=every), **kw)
+        assert out.tokens == generate(target, PROMPTS, "standard", **kw).tokens
+        from_probe = sum(int((masked % 2 == 1).sum()) for _, masked, *_ in seen)
+        return seen, from_probe
+
+    with_probes, from_probe = run(1)
+    assert from_probe > 0
+    assert run(0)[1] == 0
+    reference, _ = run(1, True, True)
+    assert len(reference) == len(with_probes)
+    for (s1, m1, p1, t1), (s2, m2, p2, t2) in zip(reference, with_probes):
+        assert torch.equal(s1, s2) and torch.equal(m1, m2) and torch.equal(p1, p2) and torch.equal(t1, t2)

@@ -25,7 +25,7 @@ from .. import limits
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
 from ..round import RoundConfig, draft, settle
 from ..rules import parse_rule
-from ..tree import WIDTH, Tree, tree_branch
+from ..tree import WIDTH, Tree, default_probes, tree_branch
 from .layout import active_nodes
 
 STALE_FIELDS = ("topk_probs", "topk_ids", "tokens", "confidence", "masked")
@@ -228,9 +228,10 @@ def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int
     the round), no end-of-sequence closing (SGLang decides when a request stops), the options' commit rule."""
     rule = parse_rule(options.rule)
     confidence = rule.confidence or options.confidence
+    tables = None if rule.is_one else rule.tables(block_size, device)
     return RoundConfig(mask_id, options.seed, temperature, confidence, options.top_k, options.backend,
                        options.budget, options.width, tree_branch(drafter, options.branch), eos_id=None, static=True,
-                       rule=None if rule.is_one else rule.tables(block_size, device))
+                       rule=tables, probes=default_probes(tables, options.budget))
 
 
 def _rows(x: torch.Tensor | None, ix: torch.Tensor) -> torch.Tensor | None:
