@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/round_count.py --methods standard,spot --temperatures 0,1 [--static both]
         [--prompt TEXT --prompt TEXT ...]   # several prompts: decoded as one batch
+        [--rule steps:16]                   # over a commit rule (docs/rules.md)
 
 The embedded target, the README's `def add(a, b):` prompt, 64 new tokens, block size 32, budget 16, spot with the
 default drafter: issue 29's table, counted with spot.lab.dispatch_count.DispatchCounter (a warm-up decode first).
@@ -22,8 +23,8 @@ VIEW_OPS = frozenset(f"aten.{name}" for name in ("view", "_unsafe_view", "unsque
 
 
 def count(target, drafter, prompts: list[list[int]], method: str, temperature: float, static: bool, budget: int = 16,
-          block_size: int = 32, max_new_tokens: int = 64) -> dict:
-    kw = dict(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature,
+          block_size: int = 32, max_new_tokens: int = 64, rule: str = "one") -> dict:
+    kw = dict(max_new_tokens=max_new_tokens, block_size=block_size, temperature=temperature, rule=rule,
               tree=spot.TreeSettings(budget=budget, static=static),
               **({"drafter": drafter} if method == "spot" else {}))
     spot.generate(target, prompts, method, **kw)
@@ -46,6 +47,7 @@ def main(argv=None) -> None:
                    help="the static round (fixed shapes), the CPU path (host-trimmed trees) or both")
     p.add_argument("--prompt", action="append", help="a prompt; repeat it for a batch (default: the README's "
                    "`def add(a, b):`)")
+    p.add_argument("--rule", default="one", help="the commit rule (docs/rules.md)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.json:
@@ -56,10 +58,10 @@ def main(argv=None) -> None:
     for method in args.methods.split(","):
         for t in (float(x) for x in args.temperatures.split(",")):
             for static in {"yes": (True,), "no": (False,), "both": (False, True)}[args.static]:
-                r = count(target, drafter, prompts, method, t, static, args.budget, args.block_size)
-                r.update(method=method, temperature=t, static=static)
+                r = count(target, drafter, prompts, method, t, static, args.budget, args.block_size, rule=args.rule)
+                r.update(method=method, temperature=t, static=static, rule=args.rule)
                 report.append(r)
-                print(f"== {method} T={t} {'static' if static else 'cpu path'}: {r['passes']} passes")
+                print(f"== {method} T={t} rule {args.rule} {'static' if static else 'cpu path'}: {r['passes']} passes")
                 print(format_per_pass(r["per_pass"]))
                 print(f"decoder views  {r['decoder_views_per_pass']:7.1f}   (of the decoder's ops: no kernel launch)")
     if args.json:

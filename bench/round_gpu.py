@@ -39,8 +39,9 @@ def round_inputs(target, drafter, rows: int, budget: int, block_size: int, tempe
     prompt = target.tokenizer.encode("def add(a, b):\n")
     session = ModelSession(target, [prompt] * rows, block_size, block_size, Kernels(target.kernels, capturable=True))
     rule = parse_rule(rule)
+    tables = None if rule.is_one else rule.tables(block_size, dev)  # with the probes generate gives the rule
     cfg = RoundConfig(target.mask_id, 0, temperature, budget=budget, branch=spot.tree.tree_branch(drafter),
-                      eos_id=None, static=True, rule=None if rule.is_one else rule.tables(block_size, dev))
+                      eos_id=None, static=True, rule=tables, probes=spot.tree.default_probes(tables, budget))
     noise_rows = torch.arange(rows, device=dev)
     block = torch.full((rows, block_size), target.mask_id, dtype=torch.long, device=dev)
     step = torch.zeros(rows, dtype=torch.long, device=dev)

@@ -33,10 +33,10 @@ def tree_branch(drafter, branch: int | None = None) -> int:
 
 
 # A rule's trees also hold `probes` nodes: the root with ONE of its drafted next step's likeliest positions
-# committed. A probe is no step of a rule whose steps commit several positions, so verification never accepts it;
-# it is scored so that, when its commit is one of the step the target takes, the next round drafts from a node
-# that has seen it (spot.round.freshest_node): over steps:16 that ranks the next step's set better
-# (docs/rules.md, "Probes").
+# committed. A probe is no step of a rule whose steps commit several positions (verification accepts one only where
+# it is the whole step: a block's last masked position); it is scored so that, when its commit is one of the step
+# the target takes, the next round drafts from a node that has seen it (spot.round.freshest_node): over steps:16
+# that ranks the next step's set better (docs/rules.md, "Probes").
 PROBES = 2
 NODES_PER_PROBE = 7  # the tree nodes a probe needs beside it: a budget of 8-14 gets one probe, 15 and more two
 

@@ -152,12 +152,12 @@ def test_the_gpu_round_check_runs_dry_on_cpu(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "round.json"
-    assert module.main(["--device", "cpu", "--rows", "2", "--budgets", "4", "--temperatures", "1", "--repeats", "1",
+    assert module.main(["--device", "cpu", "--rows", "2", "--budgets", "16", "--temperatures", "1", "--repeats", "1",
                         "--rules", "one;steps:16", "--json", str(out)]) == 0
     entries = json.loads(out.read_text())["buckets"]
     assert [e["rule"] for e in entries] == ["one", "steps:16"]
     for entry in entries:
-        assert entry["rows"] == 2 and entry["budget"] == 4 and entry["eager_us"] > 0
+        assert entry["rows"] == 2 and entry["budget"] == 16 and entry["eager_us"] > 0  # steps:16: two probes
         assert entry["whole_pass_equals_round"] is True and entry["whole_pass_eager_us"] > 0
 
 
