@@ -296,9 +296,9 @@ def cmd_bench(a) -> int:
         for rule in rules or []:
             report["by_rule"][rule]["branch"] = branches(rule)
     for rule in rules or []:  # the probes each rule's trees held (TreeSettings.probes=None: the rule's default)
-        tables = resolve_rule(rule, target, "spot", settings["block_size"], "prob")[0]
-        report["by_rule"][rule]["probes"] = 0 if tables.is_one else default_probes(
-            tables.tables(settings["block_size"], "cpu"), report["settings"]["budget"])
+        commit_rule = resolve_rule(rule, target, "spot", settings["block_size"], "prob")[0]
+        report["by_rule"][rule]["probes"] = default_probes(commit_rule.tables(settings["block_size"], "cpu"),
+                                                           report["settings"]["budget"])
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter

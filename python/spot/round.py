@@ -173,6 +173,15 @@ def score_nodes(cfg: RoundConfig, logits: NodeLogits | torch.Tensor, masked, tre
                               confidence=cfg.confidence, top_k=cfg.top_k, backend=cfg.backend)
 
 
+def _score_one_node_per_row(cfg: RoundConfig, logits: NodeLogits, masked, rows, block_start, r: torch.Tensor,
+                            at: torch.Tensor, node_steps: torch.Tensor) -> ScoreOutput:
+    """`score` of node at[i] of row r[i] alone at its step node_steps[i] ([R, 1]), its LM head projected for it only
+    (the CPU path's scorers): outputs [R, 1, ...]."""
+    return spot_kernels.score(_without_mask_token(logits.of(r, at), cfg.mask_id)[:, None], masked[r, at, None],
+                              cfg.seed, rows[r, None], block_start[r, None], node_steps, cfg.temperature,
+                              confidence=cfg.confidence, top_k=cfg.top_k, backend=cfg.backend)
+
+
 def score_chain(cfg: RoundConfig, logits: NodeLogits, masked, tree: Tree, rows, block_start, step) -> ScoreOutput:
     """Only the nodes verification can reach: the root, then the child carrying each scored node's commit (the
     CPU path: a host sync per depth).
@@ -192,10 +201,8 @@ def score_chain(cfg: RoundConfig, logits: NodeLogits, masked, tree: Tree, rows, 
     r = torch.arange(b, device=dev)  # rows whose chain is still growing
     while len(r):
         at = node[r]
-        node_logits = _without_mask_token(logits.of(r, at), cfg.mask_id)
-        out = spot_kernels.score(node_logits[:, None], masked[r, at, None], cfg.seed, rows[r, None],
-                                 block_start[r, None], (step[r] + tree.depth[r, at])[:, None], cfg.temperature,
-                                 confidence=cfg.confidence, top_k=k, backend=cfg.backend)
+        out = _score_one_node_per_row(cfg, logits, masked, rows, block_start, r, at,
+                                      (step[r] + tree.depth[r, at])[:, None])
         if conf is None:
             conf = torch.full((b, n, B), math.nan, dtype=out.confidence.dtype, device=dev)
             topk_p = torch.zeros((b, n, B, k), dtype=out.topk_probs.dtype, device=dev)
@@ -239,9 +246,7 @@ def score_step_chain(cfg: RoundConfig, logits: NodeLogits, masked, tree: Tree, r
     while len(r):
         at = node[r]
         node_steps = (step[r] + tree.depth[r, at])[:, None]
-        out = spot_kernels.score(_without_mask_token(logits.of(r, at), cfg.mask_id)[:, None], masked[r, at, None],
-                                 cfg.seed, rows[r, None], block_start[r, None], node_steps, cfg.temperature,
-                                 confidence=cfg.confidence, top_k=k, backend=cfg.backend)
+        out = _score_one_node_per_row(cfg, logits, masked, rows, block_start, r, at, node_steps)
         if conf is None:
             conf = torch.full((b, n, B), math.nan, dtype=out.confidence.dtype, device=dev)
             topk_p = torch.zeros((b, n, B, k), dtype=out.topk_probs.dtype, device=dev)
@@ -281,9 +286,7 @@ def score_nodes_at(cfg: RoundConfig, logits: NodeLogits | torch.Tensor, masked, 
     if not isinstance(logits, NodeLogits):
         logits = NodeLogits(logits)
     at = nodes[r]
-    out = spot_kernels.score(_without_mask_token(logits.of(r, at), cfg.mask_id)[:, None], masked[r, at, None],
-                             cfg.seed, rows[r, None], block_start[r, None], (step[r] + tree.depth[r, at])[:, None],
-                             cfg.temperature, confidence=cfg.confidence, top_k=cfg.top_k, backend=cfg.backend)
+    out = _score_one_node_per_row(cfg, logits, masked, rows, block_start, r, at, (step[r] + tree.depth[r, at])[:, None])
     for have, new in zip(scored, out):
         have[r, at] = new[:, 0]
     return scored
