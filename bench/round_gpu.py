@@ -40,8 +40,10 @@ def round_inputs(target, drafter, rows: int, budget: int, block_size: int, tempe
     session = ModelSession(target, [prompt] * rows, block_size, block_size, Kernels(target.kernels, capturable=True))
     rule = parse_rule(rule)
     tables = None if rule.is_one else rule.tables(block_size, dev)  # with the probes generate gives the rule
-    cfg = RoundConfig(target.mask_id, 0, temperature, budget=budget, branch=spot.tree.tree_branch(drafter),
-                      eos_id=None, static=True, rule=tables, probes=spot.tree.default_probes(tables, budget))
+    top_k = min(spot.drafters.default_top_k(rule.is_one, temperature), target.vocab_size)  # generate's default
+    cfg = RoundConfig(target.mask_id, 0, temperature, top_k=top_k, budget=budget,
+                      branch=spot.tree.tree_branch(drafter), eos_id=None, static=True, rule=tables,
+                      probes=spot.tree.default_probes(tables, budget))
     noise_rows = torch.arange(rows, device=dev)
     block = torch.full((rows, block_size), target.mask_id, dtype=torch.long, device=dev)
     step = torch.zeros(rows, dtype=torch.long, device=dev)

@@ -26,7 +26,7 @@ import torch
 
 import spot
 import spot_kernels
-from spot.drafters import NoiseCoordinates, StaleFeatures, resampled_confidence, resampled_tokens
+from spot.drafters import NoiseCoordinates, StaleFeatures, default_top_k, resampled_confidence, resampled_tokens
 from spot.prompts import held_out_prompts
 from spot.rules import parse_rule
 from spot_kernels.reference.expand_frontier import STEP_VARIANTS
@@ -66,11 +66,14 @@ def main(argv=None) -> dict:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--block-size", type=int, default=32)
     p.add_argument("--drafter", default="default", help="the learned drafter (spot.load_drafter's name)")
+    p.add_argument("--top-k", type=int, help="the stale top-K (default: generate's, spot.drafters.default_top_k)")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     target, drafter = spot.load_target(), spot.load_drafter(a.drafter)
     B, T = a.block_size, a.temperature
-    tables = parse_rule(a.rule).tables(B, "cpu")
+    rule = parse_rule(a.rule)
+    tables = rule.tables(B, "cpu")
+    top_k = min(default_top_k(rule.is_one, T) if a.top_k is None else a.top_k, target.vocab_size)
     texts = held_out_prompts(a.first_prompt + a.num_prompts)[a.first_prompt:]
     counts = collections.Counter()
     for n, text in enumerate(texts, a.first_prompt):
@@ -84,7 +87,7 @@ def main(argv=None) -> dict:
             while (block == target.mask_id).any():
                 masked = block == target.mask_id
                 out = spot_kernels.score(_scorable(session.score(block[:, None]), target.mask_id), masked[:, None], 0,
-                                         rows[:, None], session.block_start[:, None], step[:, None], T)
+                                         rows[:, None], session.block_start[:, None], step[:, None], T, top_k=top_k)
                 commit = spot_kernels.commit_rule(out.confidence, masked[:, None], step[:, None], tables.quota,
                                                   tables.thresholds, tables.inclusive)[0, 0]
                 true_set = frozenset(torch.nonzero(commit).flatten().tolist())
@@ -108,7 +111,7 @@ def main(argv=None) -> dict:
                         counts[name + "8"] += right and true_set in candidate_sets(order, len(true_set))
                     probe = spot_kernels.score(_scorable(session.score(half[:, None]), target.mask_id),
                                                half[:, None] == target.mask_id, 0, rows[:, None],
-                                               session.block_start[:, None], step[:, None], T)
+                                               session.block_start[:, None], step[:, None], T, top_k=top_k)
                     p_probs, p_ids = probe.topk_probs[:, 0], probe.topk_ids[:, 0]
                     p_tokens = resampled_tokens(p_probs, p_ids, 0, rows, session.block_start, step, T)[0]
                     p_right = all(int(p_tokens[q]) == int(out.tokens[0, 0, q]) for q in true_set)
@@ -126,8 +129,9 @@ def main(argv=None) -> dict:
                 step += 1
             session.append(block)
     steps = counts.pop("steps")
-    report = {"rule": a.rule, "temperature": T, "prompts": [a.first_prompt, a.first_prompt + a.num_prompts],
-              "steps": steps, **{k: round(v / steps, 3) for k, v in counts.items()}}
+    report = {"rule": a.rule, "temperature": T, "top_k": top_k,
+              "prompts": [a.first_prompt, a.first_prompt + a.num_prompts], "steps": steps,
+              **{k: round(v / steps, 3) for k, v in counts.items()}}
     print(json.dumps(report))
     return report
 

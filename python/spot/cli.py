@@ -16,6 +16,7 @@ import sys
 from .cli_args import Parser, add_target_args, read_prompts_file, target_from_args
 from .decode import (CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, confidence_drafter, generate,
                      resolve_rule)
+from .drafters import default_top_k
 from .rules import parse_rule
 from .settings import Batching, TreeSettings
 from .tree import BRANCH, WIDTH, default_probes, tree_branch
@@ -42,6 +43,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--branch", type=int, help="children drafted per frontier node (default: the drafter's own "
                    f"tree_branch, else {BRANCH})")
     p.add_argument("--confidence", default="prob", choices=CONFIDENCE_KINDS)
+    p.add_argument("--top-k", type=int, help="stale top-K kept per position, what trees draft tokens from (default: "
+                   "512 for a commit rule other than one at T > 0, else 32; spot.drafters.default_top_k)")
     p.add_argument("--rule", default="one", help="the commit rule standard follows and the other methods speculate "
                    "(docs/rules.md): one, steps:N, threshold:T[,steps:N][,cmp:ge], factor:F, dream:N[,alg:A], or "
                    "family (a family target's own sampler's default)")
@@ -76,11 +79,11 @@ def _settings(a) -> dict:
         tree = TreeSettings(width=a.width, branch=a.branch)
     return dict(max_new_tokens=a.max_new_tokens, block_size=a.block_size, temperature=a.temperature, seed=a.seed,
                 budget=_budget(a), tree=tree, confidence=a.confidence, eos_id=None if a.ignore_eos else -1,
-                allow_partial_block=a.allow_partial_block, rule=a.rule)
+                allow_partial_block=a.allow_partial_block, rule=a.rule, top_k=a.top_k)
 
 
 _FLAGS = ("max_new_tokens", "block_size", "temperature", "seed", "budget", "width", "branch", "confidence",
-          "allow_partial_block", "rule")
+          "allow_partial_block", "rule", "top_k")
 
 
 @contextlib.contextmanager
@@ -100,7 +103,7 @@ def _check_settings(target, prompts, settings: dict) -> None:
     with _named_flags():
         _, s["confidence"] = resolve_rule(s.pop("rule"), target, "standard", s["block_size"], s["confidence"])
         _check_args(target, prompts, "standard", tree=_tree_settings(s.pop("tree"), s.pop("budget")),
-                    batching=Batching(), drafter=None, top_k=32, **s)
+                    batching=Batching(), drafter=None, **s)
 
 
 def _at_least(a, minimums: dict) -> None:
@@ -296,9 +299,12 @@ def cmd_bench(a) -> int:
         for rule in rules or []:
             report["by_rule"][rule]["branch"] = branches(rule)
     for rule in rules or []:  # the probes each rule's trees held (TreeSettings.probes=None: the rule's default)
-        commit_rule = resolve_rule(rule, target, "spot", settings["block_size"], "prob")[0]
+        commit_rule = resolve_rule(rule, target, "spot", settings["block_size"], "prob")[0]  # and its stale top-K
         report["by_rule"][rule]["probes"] = default_probes(commit_rule.tables(settings["block_size"], "cpu"),
                                                            report["settings"]["budget"])
+        report["by_rule"][rule]["top_k"] = min(settings["top_k"] or default_top_k(commit_rule.is_one,
+                                                                                  settings["temperature"]),
+                                               target.vocab_size)
     report["settings"]["target"] = a.target
     if "spot" in methods:
         report["settings"]["drafter"] = a.drafter

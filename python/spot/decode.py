@@ -19,7 +19,7 @@ import torch
 from spot_kernels import CONFIDENCE_KINDS
 
 from . import limits
-from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, drafter_limits
+from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, default_top_k, drafter_limits
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
 from .round import RoundConfig, RoundFunctions, compiled
 from .rules import CommitRule, parse_rule
@@ -61,7 +61,7 @@ class GenerateOutput:
 def generate(target: Target, prompts, method: str = "standard", *, max_new_tokens: int = 256,
              block_size: int = 32, temperature: float = 0.0, seed: int = 0, drafter: Drafter | None = None,
              budget: int | None = None, tree: TreeSettings | None = None, batching: Batching | None = None,
-             eos_id: int | None = -1, confidence: str = "prob", top_k: int = 32, rows=None,
+             eos_id: int | None = -1, confidence: str = "prob", top_k: int | None = None, rows=None,
              backend: str = "auto", orders: torch.Tensor | None = None, on_pass=None, progress=None,
              allow_partial_block: bool = False, rule="one") -> GenerateOutput:
     """Decode `prompts` (a list of token-id lists) with one of METHODS.
@@ -74,6 +74,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     batching: how prompts share the target's rows (spot.settings.Batching: max_batch for continuous batching,
     lockstep; default Batching(), every prompt at once).
     eos_id: stop id (-1: the target's own; None: never stop).
+    top_k: the stale top-K kept per position, what trees draft tokens from (None: spot.drafters.default_top_k,
+    512 for a commit rule other than one at T > 0, else 32).
     rows: noise row id per prompt (default 0..batch-1) so that results do not depend on batch composition.
     orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
     uncounted, to find them).
@@ -106,6 +108,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         rule=rule)
     if eos_id == -1:
         eos_id = target.eos_id
+    if top_k is None:
+        top_k = default_top_k(rule.is_one, temperature)
     b, dev = len(prompts), target.device
     rows = torch.arange(b, device=dev) if rows is None else rows.to(dev)
     if method == "oracle":  # the true order comes from a standard run that is not counted
@@ -496,7 +500,7 @@ def _check_args(target, prompts, method, *, max_new_tokens, block_size, temperat
         clean.append(p)
     ints = {}
     for name, value, low in (("max_new_tokens", max_new_tokens, 0), ("block_size", block_size, 1),
-                             ("top_k", top_k, 1)):
+                             ("top_k", 1 if top_k is None else top_k, 1)):
         value = ints[name] = limits.integer(name, value)
         if value < low:
             raise ValueError(f"{name}: expected >= {low}, got {value}")

@@ -30,7 +30,7 @@ import torch
 import spot_kernels
 from spot_kernels import ScoreOutput
 
-from .drafters import Drafter, NoiseCoordinates, StaleFeatures
+from .drafters import TOP_K, Drafter, NoiseCoordinates, StaleFeatures
 from .rules import RuleTables
 from .target import NodeLogits
 from .tree import BRANCH, WIDTH, Tree, grow_tree
@@ -45,7 +45,7 @@ class RoundConfig:
     seed: int
     temperature: float
     confidence: str = "prob"
-    top_k: int = 32  # stale top-K kept per position (at most the vocabulary)
+    top_k: int = TOP_K  # stale top-K kept per position (at most the vocabulary; spot.drafters.default_top_k)
     backend: str = "auto"  # spot_kernels backend
     budget: int = 16  # most nodes a tree may hold, root included (1: the root alone)
     width: int = WIDTH

@@ -276,6 +276,26 @@ def test_options_are_checked():
     assert SpotOptions.from_mapping({}).branch is None and SpotOptions.from_mapping({"branch": 8}).branch == 8
     with pytest.raises(ValueError, match="branch"):
         SpotOptions.from_mapping({"branch": 0})
+    # top_k: generate's default per rule and temperature (spot.drafters.default_top_k) unless given
+    from spot.drafters import SAMPLED_RULE_TOP_K, TOP_K
+    from spot.sglang.rounds import round_config
+
+    def top_k(mapping, temperature):
+        return round_config(SpotOptions.from_mapping(mapping), None, temperature, 0, 8, "cpu").top_k
+
+    assert top_k({"rule": "threshold:0.95"}, 1.0) == SAMPLED_RULE_TOP_K
+    assert top_k({"rule": "threshold:0.95"}, 0.0) == top_k({}, 1.0) == TOP_K
+    assert top_k({"rule": "threshold:0.95", "top_k": 16}, 1.0) == 16
+    with pytest.raises(ValueError, match="top_k"):
+        SpotOptions.from_mapping({"top_k": 0})
+    # probes: the rule's default (spot.tree.default_probes) unless given; a partial step needs a rule
+    assert round_config(SpotOptions.from_mapping({"rule": "steps:4"}), None, 1.0, 0, 8, "cpu").probes == 2
+    assert round_config(SpotOptions.from_mapping({"rule": "steps:4", "probes": 1}), None, 1.0, 0, 8, "cpu").probes == 1
+    assert round_config(SpotOptions.from_mapping({"rule": "threshold:0.9"}), None, 1.0, 0, 8, "cpu").probes == 0
+    for bad, match in (({"probes": -1}, "probes must be"), ({"probes": 16}, "probes must be"),
+                       ({"probes": True}, "probes must be"), ({"probes": 1}, "needs a commit rule")):
+        with pytest.raises(ValueError, match=match):
+            SpotOptions.from_mapping(bad)
 
 
 def test_sync_mode_decodes_a_block_in_one_call():

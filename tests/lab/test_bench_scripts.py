@@ -81,3 +81,4 @@ def test_rule_step_coverage_runs(temperature):
     for name in ("resampled", "learned"):
         assert 0 <= report[name + "1"] <= report[name + "8"] <= report["tokens"] <= 1
     assert 0 <= report["probe1"] <= report["probe8"] <= report["probe_tokens"] <= 1
+    assert report["top_k"] == (512 if float(temperature) > 0 else 32)  # generate's stale top-K (default_top_k)

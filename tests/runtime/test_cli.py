@@ -26,8 +26,9 @@ def test_bench_json_on_random_model(tmp_path, capsys):
 
 def test_bench_over_rules_runs_the_oracle_and_reports_each_rules_branch_and_probes(tmp_path):
     """`spot bench --rules` with oracle (a rule's steps ranked in standard's order): exact against standard with the
-    rule; each rule records the branch each method's trees took (confidence: eight over a rule, BRANCH over one) and
-    their probes (one at budget 8 over a rule of two commits a step, none over one)."""
+    rule; each rule records the branch each method's trees took (confidence: eight over a rule, BRANCH over one),
+    their probes (one at budget 8 over a rule of two commits a step, none over one) and their stale top-K (at T 1
+    a rule's default, within the vocabulary; one's 32; --top-k for every rule)."""
     import spot
 
     out = tmp_path / "rules.json"
@@ -35,11 +36,18 @@ def test_bench_over_rules_runs_the_oracle_and_reports_each_rules_branch_and_prob
                  "--temperature", "1.0", "--budget", "8", "--rules", "one,steps:2",
                  "--methods", "standard,confidence,oracle", "--json", str(out), "--quiet"]) == 0
     report = json.loads(out.read_text())
-    for rule, branch, probes in (("one", spot.tree.BRANCH, 0), ("steps:2", 8, 1)):
+    vocab = spot.load_target("random").vocab_size
+    for rule, branch, probes, top_k in (("one", spot.tree.BRANCH, 0, 32), ("steps:2", 8, 1, min(512, vocab))):
         entry = report["by_rule"][rule]
         assert entry["branch"] == {"confidence": branch, "oracle": spot.tree.BRANCH} and entry["probes"] == probes
+        assert entry["top_k"] == top_k
         assert all(entry["methods"][m]["exact_match_vs_standard"] is True for m in ("confidence", "oracle"))
     assert report["settings"]["branch"] == report["by_rule"]["one"]["branch"]
+    assert main(["bench", "--target", "random", "--num-prompts", "1", "--max-new-tokens", "8", "--block-size", "4",
+                 "--temperature", "1.0", "--budget", "8", "--rules", "one,steps:2", "--top-k", "5",
+                 "--methods", "standard,confidence", "--json", str(out), "--quiet"]) == 0
+    report = json.loads(out.read_text())
+    assert report["by_rule"]["one"]["top_k"] == report["by_rule"]["steps:2"]["top_k"] == 5
 
 
 def test_generate_prints_text_and_stats(capsys):

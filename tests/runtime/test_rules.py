@@ -370,3 +370,46 @@ def test_probes_seed_the_next_tree_on_every_path(target, static, every):
     assert len(reference) == len(with_probes)
     for (s1, m1, p1, t1), (s2, m2, p2, t2) in zip(reference, with_probes):
         assert torch.equal(s1, s2) and torch.equal(m1, m2) and torch.equal(p1, p2) and torch.equal(t1, t2)
+
+
+# --------------------------------------------------------------------------------------------------- stale top-K
+
+def test_a_rule_at_t_above_0_keeps_a_wider_stale_top_k():
+    from spot.drafters import SAMPLED_RULE_TOP_K, TOP_K, default_top_k
+
+    assert default_top_k(False, 1.0) == default_top_k(False, 0.3) == SAMPLED_RULE_TOP_K > TOP_K
+    assert default_top_k(False, 0.0) == default_top_k(True, 1.0) == default_top_k(True, 0.0) == TOP_K
+
+
+@pytest.mark.parametrize("rule,temperature,top_k,expected", [
+    ("steps:4", 1.0, None, 97),  # min(SAMPLED_RULE_TOP_K, the vocabulary)
+    ("steps:4", 0.0, None, 32), ("one", 1.0, None, 32), ("steps:4", 1.0, 8, 8)])
+def test_a_decode_drafts_from_its_default_stale_top_k(target, rule, temperature, top_k, expected):
+    widths = set()
+    kw = dict(max_new_tokens=8, block_size=4, temperature=temperature, rule=rule, eos_id=None, budget=8)
+    ref = generate(target, PROMPTS, "standard", **kw)
+    out = generate(target, PROMPTS, "confidence", top_k=top_k, **kw,
+                   on_pass=lambda block_index, step, stale: widths.add(stale.topk_probs.shape[-1]))
+    assert widths == {expected} and out.tokens == ref.tokens
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_a_drafted_token_is_the_targets_draw_when_the_stale_top_k_holds_the_vocabulary(temperature):
+    """Why a rule at T > 0 keeps a wide top-K: a drafted token (the Gumbel-max over the stale top-K with the step's
+    noise) is the token the target draws at that step from the same logits once K is the vocabulary; with a
+    narrow K the target's draw often lies outside it at a flat position, and the drafted token is another."""
+    from spot.drafters import resampled_tokens
+
+    g = torch.Generator().manual_seed(3)
+    n, B, V = 4, 8, 97
+    logits = torch.randn(n, B, V, generator=g, dtype=torch.float64) * 0.5  # flat: the tail carries the mass
+    masked = torch.ones(n, B, dtype=torch.bool)
+    rows, start, steps = torch.arange(n), torch.tensor([0, 8, 16, 3]), torch.tensor([2, 1, 5, 1])
+    drawn = spot_kernels.score(logits, masked, 7, rows, start, steps, temperature, top_k=V).tokens
+
+    def drafted(k):
+        out = spot_kernels.score(logits, masked, 7, rows, start, steps - 1, temperature, top_k=k)  # another step
+        return resampled_tokens(out.topk_probs, out.topk_ids, 7, rows, start, steps, temperature)
+
+    assert torch.equal(drafted(V), drawn)
+    assert (drafted(4) != drawn).float().mean() > 0.3

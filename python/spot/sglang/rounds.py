@@ -22,7 +22,7 @@ import torch
 from spot_kernels import CONFIDENCE_KINDS
 
 from .. import limits
-from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures
+from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures, default_top_k
 from ..round import RoundConfig, draft, settle
 from ..rules import parse_rule
 from ..tree import WIDTH, Tree, default_probes, tree_branch
@@ -43,11 +43,12 @@ class SpotOptions:
     seed: int = 0  # the coupled noise's seed (docs/noise.md); each request's row comes from its rid
     temperature: float = 0.0  # used when a batch carries no sampling info
     confidence: str = "prob"
-    top_k: int = 32
+    top_k: int | None = None  # the stale top-K per position (None: spot.drafters.default_top_k)
     backend: str = "auto"  # spot_kernels backend
     max_tree_tokens: int = 16384  # most tokens one tree forward holds over the batch (SGLang's default
     # max_prefill_tokens): trees are cut to fit, never below the roots
     rule: str = "one"  # the commit rule speculated (spot.rules): "threshold:0.95" is SGLang's LowConfidence
+    probes: int | None = None  # a rule's probe nodes per tree (None: spot.tree.default_probes; docs/rules.md)
 
     @classmethod
     def from_mapping(cls, cfg) -> "SpotOptions":
@@ -60,7 +61,7 @@ class SpotOptions:
         out = cls(**cfg)
         for name in ("budget", "width", "branch", "top_k", "max_tree_tokens"):
             v = getattr(out, name)
-            if name == "branch" and v is None:
+            if name in ("branch", "top_k") and v is None:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Spot: {name} must be an int >= 1, got {v!r}")
@@ -72,9 +73,15 @@ class SpotOptions:
         if not isinstance(out.rule, str):
             raise ValueError(f"Spot: rule must be a string such as 'threshold:0.95', got {out.rule!r}")
         try:
-            parse_rule(out.rule)
+            rule = parse_rule(out.rule)
         except ValueError as err:
             raise ValueError(f"Spot: {err}") from None
+        if out.probes is not None:
+            if isinstance(out.probes, bool) or not isinstance(out.probes, int) or not 0 <= out.probes < out.budget:
+                raise ValueError(f"Spot: probes must be an int in [0, budget={out.budget}), got {out.probes!r}")
+            if out.probes and rule.is_one:
+                raise ValueError(f"Spot: probes={out.probes} needs a commit rule other than 'one' (a probe is a "
+                                 "partial step of a rule)")
         return out
 
 
@@ -229,9 +236,11 @@ def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int
     rule = parse_rule(options.rule)
     confidence = rule.confidence or options.confidence
     tables = None if rule.is_one else rule.tables(block_size, device)
-    return RoundConfig(mask_id, options.seed, temperature, confidence, options.top_k, options.backend,
+    top_k = default_top_k(rule.is_one, temperature) if options.top_k is None else options.top_k
+    return RoundConfig(mask_id, options.seed, temperature, confidence, top_k, options.backend,
                        options.budget, options.width, tree_branch(drafter, options.branch), eos_id=None, static=True,
-                       rule=tables, probes=default_probes(tables, options.budget))
+                       rule=tables,
+                       probes=default_probes(tables, options.budget) if options.probes is None else options.probes)
 
 
 def _rows(x: torch.Tensor | None, ix: torch.Tensor) -> torch.Tensor | None:
