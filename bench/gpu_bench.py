@@ -171,15 +171,17 @@ def score_shapes():
     for vocab, block, nodes, batch in ((32000, 32, 8, 1), (32000, 32, 64, 1), (126464, 32, 16, 8),
                                        (151936, 16, 32, 8), (151936, 32, 1, 32)):
         logits, masked, rows, bstart, steps = lm_score_inputs(nodes, block, vocab, batch)
-        for backend in backends_for("score"):
-            if backend == "reference" and ARGS.quick:
-                continue
-            fn = lambda b=backend: torch.ops.spot.score(logits, masked, 0, rows, bstart, steps, 1.0, "prob", 32,
-                                                        backend=b)
-            fn()
-            ms = bench(fn, rep_ms=40)
-            record(op="score", backend=backend, shape=[batch, nodes, block, vocab], temperature=1.0, ms=ms,
-                   gb_per_s=nbytes(logits) / ms / 1e6)
+        # LLaDA's shape also with the stale top-512 a commit rule keeps at T > 0 (spot.drafters.default_top_k)
+        for top_k in (32, 512) if vocab == 126464 else (32,):
+            for backend in backends_for("score"):
+                if backend == "reference" and (ARGS.quick or top_k != 32):
+                    continue
+                fn = lambda b=backend, k=top_k: torch.ops.spot.score(logits, masked, 0, rows, bstart, steps, 1.0,
+                                                                     "prob", k, backend=b)
+                fn()
+                ms = bench(fn, rep_ms=40)
+                record(op="score", backend=backend, shape=[batch, nodes, block, vocab], temperature=1.0, top_k=top_k,
+                       ms=ms, gb_per_s=nbytes(logits) / ms / 1e6)
         logits = None  # free this shape's logits before the next is allocated
 
 

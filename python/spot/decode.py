@@ -19,7 +19,8 @@ import torch
 from spot_kernels import CONFIDENCE_KINDS
 
 from . import limits
-from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, default_top_k, drafter_limits
+from .drafters import (TOP_K, ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, default_top_k,
+                       drafter_limits)
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
 from .round import RoundConfig, RoundFunctions, compiled
 from .rules import CommitRule, parse_rule
@@ -74,8 +75,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     batching: how prompts share the target's rows (spot.settings.Batching: max_batch for continuous batching,
     lockstep; default Batching(), every prompt at once).
     eos_id: stop id (-1: the target's own; None: never stop).
-    top_k: the stale top-K kept per position, what trees draft tokens from (None: spot.drafters.default_top_k,
-    512 for a commit rule other than one at T > 0, else 32).
+    top_k: the stale top-K kept per position, what trees draft tokens from (None: spot.drafters.default_top_k when
+    a method drafts, 512 for a commit rule other than one at T > 0, else 32; 32 for `standard`).
     rows: noise row id per prompt (default 0..batch-1) so that results do not depend on batch composition.
     orders: for method="oracle", the `orders` of a `standard` run with the same arguments (else one is run,
     uncounted, to find them).
@@ -108,8 +109,6 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
         rule=rule)
     if eos_id == -1:
         eos_id = target.eos_id
-    if top_k is None:
-        top_k = default_top_k(rule.is_one, temperature)
     b, dev = len(prompts), target.device
     rows = torch.arange(b, device=dev) if rows is None else rows.to(dev)
     if method == "oracle":  # the true order comes from a standard run that is not counted
@@ -123,6 +122,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
     if method == "standard" or tree.budget == 1:
         drafter = None
+    if top_k is None:  # what trees draft tokens from; nothing drafts without a drafter (on_pass: pass top_k)
+        top_k = TOP_K if drafter is None else default_top_k(rule.is_one, temperature)
     cfg = RoundConfig(target.mask_id, seed, temperature, confidence, min(top_k, target.vocab_size), backend,
                       tree.budget, tree.width, tree.branch, eos_id, tree.static, tree.score_all_nodes,
                       None if rule.is_one else rule.tables(block_size, dev), 0 if drafter is None else tree.probes)

@@ -276,15 +276,17 @@ def test_options_are_checked():
     assert SpotOptions.from_mapping({}).branch is None and SpotOptions.from_mapping({"branch": 8}).branch == 8
     with pytest.raises(ValueError, match="branch"):
         SpotOptions.from_mapping({"branch": 0})
-    # top_k: generate's default per rule and temperature (spot.drafters.default_top_k) unless given
-    from spot.drafters import SAMPLED_RULE_TOP_K, TOP_K
+    # top_k: generate's default per rule and temperature (spot.drafters.default_top_k) where a drafter drafts,
+    # unless given
+    from spot.drafters import SAMPLED_RULE_TOP_K, TOP_K, ConfidenceDrafter
     from spot.sglang.rounds import round_config
 
-    def top_k(mapping, temperature):
-        return round_config(SpotOptions.from_mapping(mapping), None, temperature, 0, 8, "cpu").top_k
+    def top_k(mapping, temperature, drafter=ConfidenceDrafter(resampled=True)):
+        return round_config(SpotOptions.from_mapping(mapping), drafter, temperature, 0, 8, "cpu").top_k
 
     assert top_k({"rule": "threshold:0.95"}, 1.0) == SAMPLED_RULE_TOP_K
     assert top_k({"rule": "threshold:0.95"}, 0.0) == top_k({}, 1.0) == TOP_K
+    assert top_k({"rule": "threshold:0.95"}, 1.0, drafter=None) == TOP_K  # drafter "none": nothing drafts
     assert top_k({"rule": "threshold:0.95", "top_k": 16}, 1.0) == 16
     with pytest.raises(ValueError, match="top_k"):
         SpotOptions.from_mapping({"top_k": 0})

@@ -381,14 +381,15 @@ def test_a_rule_at_t_above_0_keeps_a_wider_stale_top_k():
     assert default_top_k(False, 0.0) == default_top_k(True, 1.0) == default_top_k(True, 0.0) == TOP_K
 
 
-@pytest.mark.parametrize("rule,temperature,top_k,expected", [
-    ("steps:4", 1.0, None, 97),  # min(SAMPLED_RULE_TOP_K, the vocabulary)
-    ("steps:4", 0.0, None, 32), ("one", 1.0, None, 32), ("steps:4", 1.0, 8, 8)])
-def test_a_decode_drafts_from_its_default_stale_top_k(target, rule, temperature, top_k, expected):
+@pytest.mark.parametrize("method,rule,temperature,top_k,expected", [
+    ("confidence", "steps:4", 1.0, None, 97),  # min(SAMPLED_RULE_TOP_K, the vocabulary)
+    ("confidence", "steps:4", 0.0, None, 32), ("confidence", "one", 1.0, None, 32),
+    ("confidence", "steps:4", 1.0, 8, 8), ("standard", "steps:4", 1.0, None, 32)])  # standard drafts nothing
+def test_a_decode_drafts_from_its_default_stale_top_k(target, method, rule, temperature, top_k, expected):
     widths = set()
     kw = dict(max_new_tokens=8, block_size=4, temperature=temperature, rule=rule, eos_id=None, budget=8)
     ref = generate(target, PROMPTS, "standard", **kw)
-    out = generate(target, PROMPTS, "confidence", top_k=top_k, **kw,
+    out = generate(target, PROMPTS, method, top_k=top_k, **kw,
                    on_pass=lambda block_index, step, stale: widths.add(stale.topk_probs.shape[-1]))
     assert widths == {expected} and out.tokens == ref.tokens
 
