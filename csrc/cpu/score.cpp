@@ -14,7 +14,8 @@
 //      log-free upper bound from the word's bits. Rounding is monotone, so every skip is exact: the token is the
 //      dense argmax of x + g with the reference's noise words, ties to the lowest id;
 //   4. the top-K of p = exp(x - max) / S (std::exp), ranked by the computed p (ties: lowest id, like the
-//      reference's), keeping a sorted list and skipping the exp for x below the value that could enter it;
+//      reference's), keeping a sorted list and skipping the exp for x below the value that could enter it (for K
+//      above 64, selecting the K-th largest x first and sorting the entries that reach its p);
 //   5. the confidence, then per node the commit position.
 // The row function is built once per SIMD level and called at the process's level (csrc/cpu/simd.h). Probabilities
 // agree with the reference's to float rounding at every level (tolerance in tests/helpers.py, PROB_TOL); tokens, top-K
@@ -24,6 +25,8 @@
 #include <ATen/ops/empty.h>
 
 #include <cstring>
+#include <functional>
+#include <utility>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -128,6 +131,39 @@ SPOT_SIMD_INLINE bool any_at_least(const A* x, A threshold) {
 #pragma omp simd reduction(| : any)
   for (int l = 0; l < kLanes; ++l) any |= x[l] >= threshold;
   return any != 0;
+}
+
+// Step 4 keeps a sorted list up to this width (an insertion shifts at most K entries: cheap for the default K 32).
+// A wider top-K (512 for a commit rule at T > 0, spot.drafters.default_top_k) would shift hundreds of entries per
+// insertion, so it selects instead: O(V + K log K).
+constexpr int64_t kSortedListWidth = 64;
+
+// Step 4 for a wide top-K: the `width` best entries (p desc, id asc) of p = exp(x - m) / sum into p_out / id_out
+// (width <= vocab), the sorted list's entries in its order. The width-th largest x, t, bounds them: at least `width`
+// entries have p >= p(t) (p is monotone in x), so every entry of the top-K has p >= p(t). The candidates are the
+// entries with p >= p(t) (x below skip_threshold's bound cannot reach it), sorted, the first `width` kept.
+template <typename A>
+SPOT_SIMD_INLINE void top_k_by_selection(const A* x, int64_t vocab, A m, A sum, A log_sum, int64_t width, A* p_out,
+                                         int64_t* id_out) {
+  thread_local std::vector<A> scratch;
+  thread_local std::vector<std::pair<A, int64_t>> candidates;
+  scratch.assign(x, x + vocab);
+  std::nth_element(scratch.begin(), scratch.begin() + (width - 1), scratch.end(), std::greater<A>());
+  const A pt = std::exp(scratch[width - 1] - m) / sum;
+  const A bound = skip_threshold(pt, m, log_sum);
+  candidates.clear();
+  for (int64_t v = 0; v < vocab; ++v) {
+    if (x[v] < bound) continue;
+    const A p = std::exp(x[v] - m) / sum;
+    if (p >= pt) candidates.emplace_back(p, v);
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const std::pair<A, int64_t>& a, const std::pair<A, int64_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  });
+  for (int64_t i = 0; i < width; ++i) {
+    p_out[i] = candidates[i].first;
+    id_out[i] = candidates[i].second;
+  }
 }
 
 // One row. buf holds at least `padded` (a multiple of kLanes) elements; entries past `vocab` are set to -inf.
@@ -241,6 +277,9 @@ SPOT_SIMD_INLINE void score_row_body(const S* in, int64_t vocab, int64_t padded,
   list_p.assign(width, A(-1));
   list_id.assign(width, -1);
   A threshold = -inf_of<A>();
+  if (width > kSortedListWidth) {
+    top_k_by_selection(x, vocab, m, sum, log_sum, width, list_p.data(), list_id.data());
+  } else {
   for (int64_t v0 = 0; v0 < vocab; v0 += kLanes) {
     if (threshold > -inf_of<A>() && !any_at_least(x + v0, threshold)) continue;
     const int64_t v1 = std::min(v0 + kLanes, vocab);
@@ -258,6 +297,7 @@ SPOT_SIMD_INLINE void score_row_body(const S* in, int64_t vocab, int64_t padded,
       list_id[i] = v;
       if (list_id[width - 1] >= 0) threshold = skip_threshold(list_p[width - 1], m, log_sum);
     }
+  }
   }
 
   // 5. confidence.

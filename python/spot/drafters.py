@@ -131,7 +131,7 @@ class ConfidenceDrafter:
     resampled: at T > 0, order by the stale probability of the token each position would commit at the node's own
     step instead (`resampled_confidence`, the token a drafted child commits there): the node's
     confidence as the stale pass predicts it, which a commit rule sorts its step's set by (docs/rules.md; used
-    over rules other than one, with eight children per node: over steps:16 at T = 1, 1.48x fewer passes than the
+    over rules other than one, with eight children per node: over steps:16 at T = 1, 1.57x fewer passes than the
     rule alone, 64 prompts x 256 tokens)."""
 
     resampled = False  # (class defaults: a subclass that keeps its own __init__ drafts as before)

@@ -111,10 +111,11 @@ def test_topk_ties_at_the_cut_take_the_lowest_ids():
         assert out.topk_ids[0].tolist() == [[1, 2, 3], [1, 4, 0], [0, 1, 2]]
         assert out.topk_probs[0, 1].tolist() == [0.5, 0.5, 0.0]
     wide = torch.randn(1, 2, 200, generator=torch.Generator().manual_seed(12)).round()  # many exact ties
-    out = run(wide, temperature=0.5, top_k=50)
-    for j in range(2):
-        _, _, top, _ = brute.score_row(wide[0, j].tolist(), 0, 0, j, 0, 0.5, "prob", 50)
-        assert out.topk_ids[0, j].tolist() == [v for _, v in top]
+    for k in (50, 150):  # a sorted list, and the CPU kernel's heap (K above 64)
+        out = run(wide, temperature=0.5, top_k=k)
+        for j in range(2):
+            _, _, top, _ = brute.score_row(wide[0, j].tolist(), 0, 0, j, 0, 0.5, "prob", k)
+            assert out.topk_ids[0, j].tolist() == [v for _, v in top]
 
 
 def test_topk_lowest_id_mixes_rows_with_and_without_a_tie_at_the_cut():
@@ -492,10 +493,12 @@ def test_score_parity(backend, dtype, temperature, kind):
 
 @pytest.mark.parametrize("backend", CPP_KERNELS, indirect=True)
 @pytest.mark.parametrize("vocab,top_k", [(1, 1), (1, 4), (7, 32), (33, 2), (1000, 1), (1000, 33), (1000, 100),
-                                         (4099, 64), (32000 + 13, 32)])
+                                         (4099, 64), (32000 + 13, 32), (4099, 512), (300, 299), (300, 300),
+                                         (300, 301), (65, 65), (66, 65)])
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_score_vocab_and_top_k_sizes(backend, vocab, top_k, temperature):
-    """V not a multiple of any tile, K > 32 (several rounds), K > V (padding), V = 1."""
+    """V not a multiple of any tile, K > 32 (several rounds), K > V (padding), V = 1; K above 64 (the CPU kernel's
+    heap, a commit rule's 512 at T > 0) up to and past V."""
     for kind in ("prob", "margin"):
         _check_score(backend, _score_args(backend, (2,), 3, vocab, torch.float32, temperature, kind, top_k,
                                          seed=vocab % 97))

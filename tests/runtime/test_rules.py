@@ -413,4 +413,4 @@ def test_a_drafted_token_is_the_targets_draw_when_the_stale_top_k_holds_the_voca
         return resampled_tokens(out.topk_probs, out.topk_ids, 7, rows, start, steps, temperature)
 
     assert torch.equal(drafted(V), drawn)
-    assert (drafted(4) != drawn).float().mean() > 0.3
+    assert (drafted(4) != drawn).float().mean() > 0.5  # 0.84 and 0.88 at T 0.7 and 1
