@@ -138,6 +138,32 @@ SPOT_SIMD_INLINE bool any_at_least(const A* x, A threshold) {
 // insertion, so it selects instead: O(V + K log K).
 constexpr int64_t kSortedListWidth = 64;
 
+// Step 4 for a top-K of at most kSortedListWidth: a sorted list (p_out / id_out, `width` entries preset to p -1,
+// id -1), each entry inserted in place; x below the value that could enter a full list skips the exp.
+template <typename A>
+SPOT_SIMD_INLINE void top_k_by_sorted_list(const A* x, int64_t vocab, A m, A sum, A log_sum, int64_t width, A* p_out,
+                                           int64_t* id_out) {
+  A threshold = -inf_of<A>();
+  for (int64_t v0 = 0; v0 < vocab; v0 += kLanes) {
+    if (threshold > -inf_of<A>() && !any_at_least(x + v0, threshold)) continue;
+    const int64_t v1 = std::min(v0 + kLanes, vocab);
+    for (int64_t v = v0; v < v1; ++v) {
+      const A a = x[v];
+      if (a < threshold) continue;
+      const A p = std::exp(a - m) / sum;
+      if (!(p > p_out[width - 1])) continue;  // ids come in increasing order: an equal p stays behind
+      int64_t i = width - 1;
+      for (; i > 0 && p > p_out[i - 1]; --i) {
+        p_out[i] = p_out[i - 1];
+        id_out[i] = id_out[i - 1];
+      }
+      p_out[i] = p;
+      id_out[i] = v;
+      if (id_out[width - 1] >= 0) threshold = skip_threshold(p_out[width - 1], m, log_sum);
+    }
+  }
+}
+
 // Step 4 for a wide top-K: the `width` best entries (p desc, id asc) of p = exp(x - m) / sum into p_out / id_out
 // (width <= vocab), the sorted list's entries in its order. The width-th largest x, t, bounds them: at least `width`
 // entries have p >= p(t) (p is monotone in x), so every entry of the top-K has p >= p(t). The candidates are the
@@ -276,28 +302,10 @@ SPOT_SIMD_INLINE void score_row_body(const S* in, int64_t vocab, int64_t padded,
   const int64_t width = std::max<int64_t>(kc, kind == kMargin ? std::min<int64_t>(2, vocab) : 1);
   list_p.assign(width, A(-1));
   list_id.assign(width, -1);
-  A threshold = -inf_of<A>();
   if (width > kSortedListWidth) {
     top_k_by_selection(x, vocab, m, sum, log_sum, width, list_p.data(), list_id.data());
   } else {
-  for (int64_t v0 = 0; v0 < vocab; v0 += kLanes) {
-    if (threshold > -inf_of<A>() && !any_at_least(x + v0, threshold)) continue;
-    const int64_t v1 = std::min(v0 + kLanes, vocab);
-    for (int64_t v = v0; v < v1; ++v) {
-      const A a = x[v];
-      if (a < threshold) continue;
-      const A p = std::exp(a - m) / sum;
-      if (!(p > list_p[width - 1])) continue;  // ids come in increasing order: an equal p stays behind
-      int64_t i = width - 1;
-      for (; i > 0 && p > list_p[i - 1]; --i) {
-        list_p[i] = list_p[i - 1];
-        list_id[i] = list_id[i - 1];
-      }
-      list_p[i] = p;
-      list_id[i] = v;
-      if (list_id[width - 1] >= 0) threshold = skip_threshold(list_p[width - 1], m, log_sum);
-    }
-  }
+    top_k_by_sorted_list(x, vocab, m, sum, log_sum, width, list_p.data(), list_id.data());
   }
 
   // 5. confidence.

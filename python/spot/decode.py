@@ -19,8 +19,7 @@ import torch
 from spot_kernels import CONFIDENCE_KINDS
 
 from . import limits
-from .drafters import (TOP_K, ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, default_top_k,
-                       drafter_limits)
+from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, default_top_k, drafter_limits
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
 from .round import RoundConfig, RoundFunctions, compiled
 from .rules import CommitRule, parse_rule
@@ -122,8 +121,8 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
     # budget 1 is the root alone: standard decoding's pass, with no drafter call and no stale features to build
     if method == "standard" or tree.budget == 1:
         drafter = None
-    if top_k is None:  # what trees draft tokens from; nothing drafts without a drafter (on_pass: pass top_k)
-        top_k = TOP_K if drafter is None else default_top_k(rule.is_one, temperature)
+    if top_k is None:  # what trees draft tokens from (on_pass reads standard's: pass top_k)
+        top_k = default_top_k(rule.is_one, temperature, drafts=drafter is not None)
     cfg = RoundConfig(target.mask_id, seed, temperature, confidence, min(top_k, target.vocab_size), backend,
                       tree.budget, tree.width, tree.branch, eos_id, tree.static, tree.score_all_nodes,
                       None if rule.is_one else rule.tables(block_size, dev), 0 if drafter is None else tree.probes)

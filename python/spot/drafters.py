@@ -21,15 +21,16 @@ import spot_kernels
 # falls among those K tokens. A commit rule ranks a step's set by the drawn tokens' probabilities, so one draw in
 # the tail wrongly ranks a position in or out of the whole set (docs/rules.md, "The stale top-K"): a rule at T > 0
 # keeps SAMPLED_RULE_TOP_K. One commit per step keeps TOP_K (its figures were measured with it); at T 0 the draw is
-# the top-1 token whatever K is.
+# the top-1 token whatever K is; a decode that drafts nothing (standard) reads no stale features.
 TOP_K = 32
 SAMPLED_RULE_TOP_K = 512
 
 
-def default_top_k(rule_is_one: bool, temperature: float) -> int:
+def default_top_k(rule_is_one: bool, temperature: float, drafts: bool = True) -> int:
     """The stale top-K of a decode that names none: SAMPLED_RULE_TOP_K for a commit rule other than one commit per
-    step at T > 0, else TOP_K (a decode keeps at most the vocabulary, whatever this says)."""
-    return SAMPLED_RULE_TOP_K if not rule_is_one and temperature > 0 else TOP_K
+    step at T > 0 when something drafts from it (`drafts`), else TOP_K (a decode keeps at most the vocabulary,
+    whatever this says)."""
+    return SAMPLED_RULE_TOP_K if drafts and not rule_is_one and temperature > 0 else TOP_K
 
 
 class NoiseCoordinates(NamedTuple):

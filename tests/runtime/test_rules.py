@@ -379,6 +379,7 @@ def test_a_rule_at_t_above_0_keeps_a_wider_stale_top_k():
 
     assert default_top_k(False, 1.0) == default_top_k(False, 0.3) == SAMPLED_RULE_TOP_K > TOP_K
     assert default_top_k(False, 0.0) == default_top_k(True, 1.0) == default_top_k(True, 0.0) == TOP_K
+    assert default_top_k(False, 1.0, drafts=False) == TOP_K  # standard: nothing drafts from its features
 
 
 @pytest.mark.parametrize("method,rule,temperature,top_k,expected", [

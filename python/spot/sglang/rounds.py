@@ -22,7 +22,7 @@ import torch
 from spot_kernels import CONFIDENCE_KINDS
 
 from .. import limits
-from ..drafters import TOP_K, ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures, default_top_k
+from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures, default_top_k
 from ..round import RoundConfig, draft, settle
 from ..rules import parse_rule
 from ..tree import WIDTH, Tree, default_probes, tree_branch
@@ -236,7 +236,7 @@ def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int
     rule = parse_rule(options.rule)
     confidence = rule.confidence or options.confidence
     tables = None if rule.is_one else rule.tables(block_size, device)
-    top_k = options.top_k or (TOP_K if drafter is None else default_top_k(rule.is_one, temperature))
+    top_k = options.top_k or default_top_k(rule.is_one, temperature, drafts=drafter is not None)
     return RoundConfig(mask_id, options.seed, temperature, confidence, top_k, options.backend,
                        options.budget, options.width, tree_branch(drafter, options.branch), eos_id=None, static=True,
                        rule=tables,
