@@ -23,14 +23,37 @@ HF_TESTS  := tests/integrations/test_hf.py tests/integrations/test_families.py t
 
 .PHONY: install demo test bench clean
 
+# CUDA kernels: `make install` and `make demo` compile them only where a GPU is visible (setup.py: about 11 minutes on
+# 2 cores, for kernels a machine without a GPU never runs); `make test`, which CI runs (.ci/run), compiles them wherever
+# nvcc and a CUDA torch are, so the CUDA code stays built while the tests run its kernels in the CPU emulation.
+# SPOT_BUILD_CUDA=0 or =1 given to make overrides both.
+ifneq ($(filter test,$(MAKECMDGOALS)),)
+SPOT_BUILD_CUDA ?= 1
+endif
+export SPOT_BUILD_CUDA
+
+# spot_kernels._C, built by `pip -q`, which prints nothing while it compiles: setup.py --cuda-plan says first, in one
+# line, what is built and why; $(VENV)/.extension keeps that line, so `make test` after `make demo` rebuilds only
+# when it builds something else (the CUDA kernels, on a machine without a GPU).
+BUILD_EXTENSION = plan="$$($(BIN)/python setup.py --cuda-plan)"; \
+	echo "make: building $$plan; pip prints nothing until it is done"; \
+	$(BIN)/pip install -q --no-build-isolation -e . && echo "$$plan" > $(VENV)/.extension
+
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/cpu/*.cpp csrc/cpu/*.h csrc/cuda/*.cu csrc/cuda/*.cuh)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	@echo "make: installing torch and the rest into $(VENV) (about 6 GB)"
 	$(BIN)/pip install -q $(DEPS)
-	$(BIN)/pip install -q --no-build-isolation -e .
+	@$(BUILD_EXTENSION)
 	$(BIN)/pip install -q --no-deps $(SGLANG) || echo "no sglang: tests/integrations/test_sglang.py skips SGLang's tests"
+	touch $@
+
+# `make test` after a `make demo` that left the CUDA kernels out: they are built now
+$(VENV)/.extension-for-test: $(VENV)/.installed
+	@if [ "$$($(BIN)/python setup.py --cuda-plan)" != "$$(cat $(VENV)/.extension 2>/dev/null)" ]; then \
+		$(BUILD_EXTENSION); fi
 	touch $@
 
 # One screen (python/spot/lab/demo.py): passes of standard / confidence / spot at GPU-sized trees, a commit order, CPU time
@@ -38,6 +61,7 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard csrc/*.cpp csrc/*.h csrc/
 # target gains under 10% from a second core on a quiet machine, and loses 4x to 50x when another job holds that core
 # (OpenMP threads wait on each other); budgets.json is tuned on one thread.
 demo: install
+	@echo "make: spot demo decodes one prompt with each method twice, on one thread (about 1 min), then prints one screen"
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m spot demo
 
 $(TF4)/.installed: $(VENV)/.installed
@@ -58,7 +82,7 @@ SIMD_DEFAULT_TESTS := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/
                       tests/runtime/test_half_precision.py tests/integrations/test_hf.py
 SIMD_SKIP          := -k "not triton and not emulation"
 
-test: install $(TF4)/.installed
+test: $(VENV)/.extension-for-test $(TF4)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest tests -q
 	PYTHONPATH=$(TF4) $(BIN)/python -m pytest $(HF_TESTS) -q -p no:cacheprovider -k "not llada2_pipeline and not llada2_drop_in"

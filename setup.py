@@ -1,13 +1,18 @@
 """Build the `spot_kernels._C` extension: op schemas (csrc/*.cpp), CPU kernels (csrc/cpu/*.cpp), plus CUDA kernels
 (csrc/cuda/*.cu) when possible.
 
-CUDA is built when nvcc is found, torch is a CUDA build and SPOT_BUILD_CUDA is not "0"; otherwise a CPU-only
-extension is built. Environment switches:
+CUDA is built when nvcc is found, torch is a CUDA build and a GPU is visible (or SPOT_BUILD_CUDA=1); otherwise a
+CPU-only extension is built: compiling every CUDA kernel takes minutes (README.md, "Before you start"), for a
+machine that can never run them. Environment switches:
+    SPOT_BUILD_CUDA=1          build CUDA wherever nvcc and a CUDA torch are, GPU or not (`make test` and CI do, so
+                               the CUDA code stays compiled; the tests emulate its kernels on the CPU)
     SPOT_BUILD_CUDA=0          build the CPU-only extension even where CUDA is available
     SPOT_CUDA_ARCH_LIST="9.0"  GPU architectures (default "8.0;9.0"; copied to TORCH_CUDA_ARCH_LIST)
     MAX_JOBS=4                 parallel compile jobs (default 2)
     CUDA_HOME=/path            toolkit folder (default: the folder of the real nvcc, wrappers resolved)
 Install for development with `pip install --no-build-isolation -e .` (torch comes from the environment).
+`python setup.py --cuda-plan` prints, in one line, what the build will do and why, and builds nothing (the Makefile
+shows it before the build, which `pip -q` keeps silent).
 """
 
 import glob
@@ -15,10 +20,14 @@ import os
 import re
 import shutil
 import sys
+import warnings
 
 from setuptools import find_namespace_packages, find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+# setuptools' editable build warns, in a box in the middle of `make install`, that a folder named like the package in
+# the working directory may take precedence at import: here that folder (spot_kernels/) is the package itself.
+warnings.filterwarnings("ignore", message="Editable installation")
 
 
 def _toolkit_from_nvcc(nvcc: str) -> str | None:
@@ -41,14 +50,24 @@ def _toolkit_from_nvcc(nvcc: str) -> str | None:
     return home if os.path.isfile(os.path.join(home, "include", "cuda_runtime.h")) else None
 
 
+def _gpu_visible(torch) -> bool:
+    """Whether this machine shows torch a CUDA device (False, without a warning, where no driver is installed)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Found no NVIDIA driver": the answer, not a problem
+        return torch.cuda.is_available()
+
+
 def _cuda_plan() -> tuple[bool, str]:
     """(build CUDA?, why) — decided before torch.utils.cpp_extension is imported, as it reads CUDA_HOME then."""
-    if os.environ.get("SPOT_BUILD_CUDA", "") == "0":
+    switch = os.environ.get("SPOT_BUILD_CUDA", "")
+    if switch == "0":
         return False, "SPOT_BUILD_CUDA=0"
     import torch
 
     if not torch.version.cuda:
         return False, f"torch {torch.__version__} is not a CUDA build"
+    if switch != "1" and not _gpu_visible(torch):
+        return False, "no GPU visible, so not the CUDA kernels it could not run; SPOT_BUILD_CUDA=1 builds them too"
     nvcc = shutil.which("nvcc")
     if not os.environ.get("CUDA_HOME"):
         home = _toolkit_from_nvcc(nvcc) if nvcc else None
@@ -94,6 +113,10 @@ def _extension():
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 
 
+if __name__ == "__main__" and sys.argv[1:] == ["--cuda-plan"]:
+    build_cuda, why = _cuda_plan()
+    print(f"spot_kernels._C: {'C++ and CUDA kernels' if build_cuda else 'C++ CPU kernels only'} ({why})")
+    sys.exit(0)
 ext_modules, cmdclass = _extension()
 setup(
     packages=find_packages(include=["spot_kernels", "spot_kernels.*"])

@@ -470,8 +470,10 @@ def test_ops_trace_with_the_cpu_backend(backend):
 # ----------------------------------------------------------------------------------------- extension build
 
 def _cuda_build_expected() -> bool:
-    """setup.py builds CUDA when torch is a CUDA build, nvcc is found and SPOT_BUILD_CUDA != 0."""
-    if os.environ.get("SPOT_BUILD_CUDA") == "0" or not torch.version.cuda:
+    """setup.py builds CUDA when torch is a CUDA build, nvcc is found and a GPU is visible or SPOT_BUILD_CUDA=1 (which
+    `make test`, and so CI, sets); never with SPOT_BUILD_CUDA=0."""
+    switch = os.environ.get("SPOT_BUILD_CUDA", "")
+    if switch == "0" or not torch.version.cuda or (switch != "1" and not torch.cuda.is_available()):
         return False
     home = os.environ.get("CUDA_HOME")
     return bool(shutil.which("nvcc") or (home and os.path.isfile(os.path.join(home, "bin", "nvcc")))
@@ -483,7 +485,8 @@ def test_extension_is_built_with_cuda():
         pytest.skip("SPOT_NO_EXTENSION=1: the extension is deliberately not loaded")
     assert spot_kernels.HAS_C_EXTENSION, "spot_kernels._C did not load; rebuild with pip install -e ."
     if not _cuda_build_expected():
-        pytest.skip("no CUDA toolchain or CUDA torch here: setup.py builds the CPU-only extension")
+        pytest.skip("no GPU (and SPOT_BUILD_CUDA is not 1), CUDA toolchain or CUDA torch here: setup.py builds "
+                    "the CPU-only extension")
     assert spot_kernels._C.WITH_CUDA == 1, "nvcc and a CUDA torch are present but _C was built without CUDA"
 
 
