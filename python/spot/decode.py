@@ -22,7 +22,7 @@ from . import limits
 from .drafters import ConfidenceDrafter, Drafter, OracleDrafter, StaleFeatures, default_top_k, drafter_limits
 from .limits import MIN_TEMPERATURE  # noqa: F401 (spot.sglang reads it here)
 from .round import RoundConfig, RoundFunctions, compiled
-from .rules import CommitRule, parse_rule
+from .rules import CommitRule, parse_rule, rule_confidence
 from .target import Target, warn_if_not_batch_invariant
 from .settings import Batching, TreeSettings
 
@@ -361,12 +361,7 @@ def resolve_rule(rule, target, method: str, block_size, confidence: str) -> tupl
     rule = parse_rule(rule)
     if isinstance(block_size, int) and not isinstance(block_size, bool) and block_size >= 1:
         rule.check_block(block_size)
-    if rule.confidence is not None and confidence != rule.confidence:
-        if confidence != "prob":
-            raise ValueError(f"confidence: rule {rule} computes its confidence as {rule.confidence!r}, but "
-                             f"confidence={confidence!r} was given")
-        confidence = rule.confidence
-    return rule, confidence
+    return rule, rule_confidence(rule, confidence)
 
 
 def _cut(row: list[int], max_new_tokens: int, eos_id: int | None) -> list[int]:

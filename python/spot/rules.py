@@ -22,21 +22,65 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
+import operator
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["CommitRule", "NotACommitRule", "ONE", "RuleTables", "parse_rule", "DREAM_CONFIDENCE"]
+__all__ = ["CommitRule", "DREAM_CONFIDENCE", "KINDS", "NotACommitRule", "ONE", "RuleTables", "canonical_rule",
+           "parse_rule", "rule_confidence", "rule_error", "rule_file_name"]
 
 # Dream's `alg` names and the `score` confidence kind that computes each (docs/ops.md, "Fused scoring").
 DREAM_CONFIDENCE = {"maskgit_plus": "prob", "topk_margin": "margin", "entropy": "neg_entropy"}
 # Terms that name samplers which rewrite committed tokens (diffusers' editing, SGLang's JointThreshold, remasking).
+KINDS = ("one", "steps", "threshold", "factor", "dream")  # a rule's kinds (CommitRule.kind)
 _REWRITING = ("edit", "editing", "editing_threshold", "remask", "remasking", "joint", "joint_threshold", "t2t")
 
 
 class NotACommitRule(ValueError):
     """A sampler setting that rewrites committed tokens: SPOT's trees are monotone sequences of commits, so there is
     nothing to verify such a step against."""
+
+
+def rule_error(kind, steps, threshold, inclusive, eps, confidence) -> str | None:
+    """What is wrong with a commit rule's values, or None: the one check of a rule, run by `parse_rule` on a string's
+    values and by `CommitRule` on its fields (so a rule is refused alike wherever it enters: the API, the CLI, the
+    SGLang plug-in's config), each message naming the term at fault."""
+    if not isinstance(kind, str) or kind not in KINDS:
+        return f"kind expects one of {KINDS}, got {kind!r}"
+    if steps is not None:
+        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral):
+            return f"{'dream' if kind == 'dream' else 'steps'} expects an integer, got {steps!r}"
+        if steps < 1:
+            return f"the number of steps must be >= 1, got {steps}"
+    if kind in ("steps", "dream") and steps is None:
+        return f"a {kind} rule needs its number of steps ({kind}:N)"
+    if kind in ("one", "factor") and steps is not None:
+        return f"'steps' does not apply to a {kind} rule"
+    if kind in ("threshold", "factor"):
+        if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real) or not math.isfinite(threshold):
+            return f"{kind} expects a finite number, got {threshold!r}"
+        if kind == "threshold" and not 0 < threshold < 1:
+            return f"the threshold must lie in (0, 1) (a probability), got {threshold!r}"
+        if kind == "factor" and threshold <= 0:
+            return f"the factor must be > 0, got {threshold!r}"
+    elif threshold is not None:
+        return f"a {kind} rule has no threshold, got threshold={threshold!r}"
+    if not isinstance(inclusive, bool):
+        return f"inclusive (cmp) expects a bool, got {inclusive!r}"
+    if inclusive != (kind == "factor") and kind != "threshold":
+        return (f"'cmp' does not apply to a {kind} rule" + (" (it compares with >=, as Fast-dLLM's does)"
+                                                            if kind == "factor" else ""))
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < 1:
+        return f"eps must lie in (0, 1), got {eps!r}"
+    if kind != "dream" and eps != 1e-3:
+        return f"'eps' does not apply to a {kind} rule"
+    if confidence is not None and (kind != "dream" or confidence not in DREAM_CONFIDENCE.values()):
+        return (f"alg (confidence) expects one of {sorted(DREAM_CONFIDENCE.values())} (Dream's "
+                f"{sorted(DREAM_CONFIDENCE)}), got {confidence!r}" if kind == "dream"
+                else f"a {kind} rule names no confidence (only Dream's alg does), got confidence={confidence!r}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -48,17 +92,33 @@ class CommitRule:
         the first steps), the quota of `steps` and `threshold` (None: no quota beyond one commit); Dream's number
         of timesteps for `dream`.
     threshold: T in (0, 1) for `threshold`; the factor F > 0 for `factor`.
-    inclusive: compare the confidence with `>=` (Fast-dLLM, dInfer) instead of `>` (LLaDA2, SDAR, SGLang, diffusers).
-    eps: Dream's last timestep (`torch.linspace(1, eps, steps + 1)`).
+    inclusive: compare the confidence with `>=` (Fast-dLLM, dInfer) instead of `>` (LLaDA2, SDAR, SGLang, diffusers):
+        a threshold rule's choice (`cmp:ge`); None: the kind's own (`>=` for factor, which has no other).
+    eps: Dream's last timestep (`torch.linspace(1, eps, steps + 1)`), in (0, 1).
     confidence: the `score` confidence kind the rule names (Dream's `alg`), None: the decode's own.
+
+    The fields are checked when the rule is made, by the one check of a rule's values (`rule_error`, which
+    `parse_rule` runs on a string's): a CommitRule made directly is refused where its string form would be.
     """
 
     kind: str = "one"
     steps: int | None = None
     threshold: float | None = None
-    inclusive: bool = False
+    inclusive: bool | None = None
     eps: float = 1e-3
     confidence: str | None = None
+
+    def __post_init__(self):
+        if self.inclusive is None:
+            object.__setattr__(self, "inclusive", self.kind == "factor")
+        problem = rule_error(self.kind, self.steps, self.threshold, self.inclusive, self.eps, self.confidence)
+        if problem:
+            raise ValueError(f"CommitRule: {problem}")
+        if self.steps is not None:
+            object.__setattr__(self, "steps", operator.index(self.steps))  # NumPy integers stored as ints
+        if self.threshold is not None:
+            object.__setattr__(self, "threshold", float(self.threshold))
+        object.__setattr__(self, "eps", float(self.eps))
 
     @property
     def is_one(self) -> bool:
@@ -204,22 +264,14 @@ def parse_rule(text) -> CommitRule:
     if terms.get("one") is not None:
         raise ValueError(f"rule {text!r}: 'one' takes no value")
     for name in allowed - {"one"}:
-        if name in terms and terms[name] is None:
+        if name in terms and not terms[name]:  # `steps`, `steps:` and `alg:` alike
             raise ValueError(f"rule {text!r}: {name!r} needs a value ({name}:...)")
     steps = None
     if "steps" in terms or kind == "dream":
-        steps = _number(text, "steps" if kind != "dream" else "dream", terms.get("steps") or terms.get("dream"), int)
-        if steps < 1:
-            raise ValueError(f"rule {text!r}: the number of steps must be >= 1, got {steps}")
+        steps = _number(text, "steps" if kind != "dream" else "dream", terms.get("steps") or terms["dream"], int)
     threshold = None
-    if kind == "threshold":
-        threshold = _number(text, "threshold", terms["threshold"], float)
-        if not 0 < threshold < 1:
-            raise ValueError(f"rule {text!r}: the threshold must lie in (0, 1) (a probability), got {threshold!r}")
-    if kind == "factor":
-        threshold = _number(text, "factor", terms["factor"], float)
-        if threshold <= 0:
-            raise ValueError(f"rule {text!r}: the factor must be > 0, got {threshold!r}")
+    if kind in ("threshold", "factor"):
+        threshold = _number(text, kind, terms[kind], float)
     inclusive = kind == "factor"  # Fast-dLLM's factor rule breaks at c < 1 - F / (r + 2): passing is >=
     if "cmp" in terms:
         if terms["cmp"] not in ("gt", "ge"):
@@ -229,12 +281,41 @@ def parse_rule(text) -> CommitRule:
     confidence = None
     eps = 1e-3
     if kind == "dream":
-        alg = terms.get("alg") or "maskgit_plus"
+        alg = terms.get("alg", "maskgit_plus")
         if alg not in DREAM_CONFIDENCE:
             raise ValueError(f"rule {text!r}: alg expects one of {sorted(DREAM_CONFIDENCE)}, got {alg!r}")
         confidence = DREAM_CONFIDENCE[alg]
         if "eps" in terms:
             eps = _number(text, "eps", terms["eps"], float)
-            if not 0 < eps < 1:
-                raise ValueError(f"rule {text!r}: eps must lie in (0, 1), got {eps!r}")
+    problem = rule_error(kind, steps, threshold, inclusive, eps, confidence)
+    if problem:
+        raise ValueError(f"rule {text!r}: {problem}")
     return CommitRule(kind, steps, threshold, inclusive, eps, confidence)
+
+
+def rule_confidence(rule: CommitRule, confidence: str) -> str:
+    """The confidence kind of a decode under `rule`: the one the rule computes (Dream's alg) unless `confidence`
+    names another, which contradicts it and is refused ("prob", the default of generate and the SGLang config,
+    gives way to the rule's)."""
+    if rule.confidence is None or confidence == rule.confidence:
+        return confidence
+    if confidence != "prob":
+        raise ValueError(f"confidence: rule {rule} computes its confidence as {rule.confidence!r}, but "
+                         f"confidence={confidence!r} was given")
+    return rule.confidence
+
+
+def canonical_rule(rule) -> str:
+    """A rule's canonical string (`str(parse_rule(rule))`): how rules are compared and looked up, wherever a rule
+    names something (a report's by_rule keys, `spot project --rule`, `--show-order`, shard names), so case, spaces,
+    the order of terms and the spelling of a number (0.90, 9e-1) never make two names of one rule."""
+    return str(parse_rule(rule))
+
+
+def rule_file_name(rule) -> str:
+    """A rule as part of a file name (`spot build collect`'s shards, `spot bench --rules --plot`'s figures): its
+    canonical form with ':' and ',' as '_' (threshold_0.9_steps_32). Two rules never share one: the canonical form's
+    terms come in one order and its numbers are Python's shortest round-trip spellings, kept whole, signs and
+    exponents included (factor:2e-1 is factor_0.2, factor:2e+1 factor_20.0). "family" (a target's own default)
+    stays "family"."""
+    return (rule if rule == "family" else canonical_rule(rule)).replace(":", "_").replace(",", "_")
