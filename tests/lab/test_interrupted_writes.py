@@ -75,7 +75,7 @@ def test_item1_collect_shard_write_is_atomic(tmp_path, monkeypatch):
     before = load_file(str(path))
     monkeypatch.setattr("spot.lab.pipeline.collect.save_file", _interrupted_save_file)
     with pytest.raises(KeyboardInterrupt):
-        collect(target, COLLECT_PROMPTS, tmp_path, **{**kw, "seed": 4})
+        collect(target, COLLECT_PROMPTS, tmp_path, **{**kw, "seed": 4}, overwrite=True)  # a replacement, cut short
     monkeypatch.undo()
     after = load_file(str(path))
     assert set(after) == set(before) and all(torch.equal(after[k], before[k]) for k in before)

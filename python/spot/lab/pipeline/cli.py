@@ -194,12 +194,13 @@ def cmd_collect(a) -> int:
     try:
         check_collect_args(target, prompts, block_sizes, temperatures, a.max_new_tokens, a.batch_size, a.seed, 32,
                            first_row, a.rule)
+        shard_paths(out, block_sizes, temperatures, a.rule, first_row, a.overwrite)  # none twice, none replaced
     except (TypeError, ValueError) as e:
         raise SystemExit(f"collect: {e}") from None
     print(f"collect: {len(prompts)} training prompts (rows from {first_row}) -> {out}")
     paths = collect(target, prompts, out, block_sizes=block_sizes, temperatures=temperatures,
                     max_new_tokens=a.max_new_tokens, batch_size=a.batch_size, seed=a.seed, first_row=first_row,
-                    progress=not a.quiet, rule=a.rule)
+                    progress=not a.quiet, rule=a.rule, overwrite=a.overwrite)
     print("wrote " + ", ".join(str(p) for p in paths))
     return 0
 
@@ -369,6 +370,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--heads", type=int, default=8)
     s.add_argument("--kv-heads", type=int, default=4)
     s.add_argument("--d-ff", type=int, default=704)
+    s.add_argument("--prefix-attention", choices=("block", "causal"), default="block",
+                   help="how committed tokens see each other: SDAR's block-causal (default) or token-causal (the "
+                        "4.7M-parameter first target)")
+    s.add_argument("--precision", choices=("bfloat16", "float32"), default="float32",
+                   help="bfloat16: forward and backward under CPU autocast, weights and optimizer in float32 (about 2x "
+                        "faster per step where the CPU has AVX-512 bf16)")
     s.set_defaults(func=cmd_target)
 
     s = sub.add_parser("collect", help="record standard-decoding trajectories for training the order drafter")
@@ -387,7 +394,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-new-tokens", type=int, default=256)
     s.add_argument("--batch-size", type=int, default=16)
     s.add_argument("--rule", default="one", help="the commit rule standard follows (docs/rules.md): the trajectories "
-                   "are its steps, the shards named after it (traj-B{B}-T{T}-{rule})")
+                   "are its steps, the shards named after it (traj-B{B}-T{T}-{rule}, the rule's canonical form)")
+    s.add_argument("--overwrite", action="store_true",
+                   help="replace shards already in --out (without it a shard that is there, another run's, is refused "
+                        "before anything is decoded)")
     s.add_argument("--quiet", action="store_true")
     s.set_defaults(func=cmd_collect)
 

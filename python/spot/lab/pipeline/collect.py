@@ -7,8 +7,12 @@ masked flag; and the order in which the target committed the block. Standard dec
 SPOT accepts, so (features of s_k, state s_{k+1+d}) -> position committed at s_{k+1+d} is the drafter's task at
 tree depth d, and these trajectories are its exact training distribution.
 
-One shard per (block size, temperature) and run: `traj-B{B}-T{T}.safetensors`, or `traj-B{B}-T{T}-r{R}` for a run
-whose prompts are numbered from R (a later run on further prompts; training merges a pair's shards). Safetensors
+One shard per (block size, temperature) and run: `traj-B{B}-T{T}.safetensors`, `traj-B{B}-T{T}-{rule}` with a
+commit rule other than one (`spot.rules.rule_file_name`: its canonical form, threshold_0.9_steps_32), and `-r{R}`
+after it for a run whose prompts are numbered from R (a later run on further prompts; training merges a pair's
+shards). T is spelled `:g` where that spells it exactly (0, 1, 0.7), else in full (0.7000001): two rules or
+temperatures never share a name. A run refuses, before it decodes or writes anything, to write one path twice or
+to replace a shard that is already there (another run's) unless told to (`overwrite`, `--overwrite`). Safetensors
 with
   topk_probs float16 [blocks, B steps, B, K], topk_ids int16 [blocks, B, B, K] (int32 for vocabularies past 32768
   tokens), tokens int16 (or int32) [blocks, B, B], confidence float32 [blocks, B, B], masked bool [blocks, B, B],
@@ -23,6 +27,7 @@ with
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +37,7 @@ from tqdm import tqdm
 
 from ...decode import _check_args, generate, resolve_rule
 from ...loading import atomic_write
+from ...rules import canonical_rule, rule_file_name
 from ...settings import Batching, TreeSettings
 
 
@@ -107,6 +113,36 @@ def pair_name(path) -> str:
     return re.sub(r"-r\d+$", "", Path(path).stem)
 
 
+def temperature_name(T: float) -> str:
+    """T as a shard name spells it: `:g` where that is T exactly (the names written before: 0, 1, 0.7), else Python's
+    shortest round-trip spelling (0.7000001 and 0.7000002 are two names, where `:g` made both 0.7)."""
+    short = f"{T:g}"
+    return short if float(short) == T else repr(float(T))
+
+
+def shard_paths(out_dir, block_sizes, temperatures, rule: str = "one", first_row: int = 0,
+                overwrite: bool = False) -> dict[tuple, Path]:
+    """{(block size, temperature): its shard's path} of one collect run, refused (ValueError naming the path) when
+    two pairs would write one path (a pair given twice: 1 and 1.0) or, unless `overwrite`, when a shard is already
+    there: what another run wrote is never replaced by accident."""
+    out_dir = Path(out_dir)
+    tag = "" if rule != "family" and canonical_rule(rule) == "one" else "-" + rule_file_name(rule)
+    paths: dict[tuple, Path] = {}
+    for B in block_sizes:
+        for T in temperatures:
+            path = out_dir / (f"traj-B{B}-T{temperature_name(T)}{tag}" + (f"-r{first_row}" if first_row else "")
+                              + ".safetensors")
+            twice = [pair for pair, other in paths.items() if other == path]
+            if twice:
+                raise ValueError(f"block_sizes, temperatures: (B {twice[0][0]}, T {twice[0][1]!r}) and (B {B}, "
+                                 f"T {T!r}) would both write {path.name}; give each block size and temperature once")
+            if not overwrite and os.path.lexists(path):
+                raise ValueError(f"{path}: a shard is already there (another run's); choose another output folder, "
+                                 "or pass --overwrite (overwrite=True) to replace it")
+            paths[(B, T)] = path
+    return paths
+
+
 def check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k,
                        first_row, rule: str = "one") -> None:
     """`collect`'s arguments, refused (naming the argument) before anything is created or decoded."""
@@ -130,22 +166,24 @@ def check_collect_args(target, prompts, block_sizes, temperatures, max_new_token
 
 def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), temperatures=(0.0, 1.0),
             max_new_tokens: int = 256, batch_size: int = 16, seed: int = 0, top_k: int = 32, first_row: int = 0,
-            progress: bool = True, rule: str = "one") -> list[Path]:
+            progress: bool = True, rule: str = "one", overwrite: bool = False) -> list[Path]:
     """Run standard decoding for every (block size, temperature) and write one shard each. Deterministic.
     Prompt i is numbered (and draws the noise of row) first_row + i. `rule`: the commit rule standard follows
-    (docs/rules.md; its steps are the trajectory's; the shard's metadata names it). Every argument is checked before
-    the output folder is created; each shard is written to a temporary file and moved into place."""
+    (docs/rules.md; its steps are the trajectory's; the shard's metadata names it in its canonical form). Every
+    argument and every shard path (`shard_paths`: none written twice, none already there unless `overwrite`) is
+    checked before the output folder is created; each shard is written to a temporary file and moved into place."""
     out_dir = Path(out_dir)
     check_collect_args(target, prompts, block_sizes, temperatures, max_new_tokens, batch_size, seed, top_k, first_row,
                        rule)
+    planned = shard_paths(out_dir, block_sizes, temperatures, rule, first_row, overwrite)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for B in block_sizes:
         for T in temperatures:
-            tag = "" if rule == "one" else "-" + re.sub(r"[^0-9a-z.]+", "_", str(rule).lower())
-            path = out_dir / (f"traj-B{B}-T{T:g}{tag}" + (f"-r{first_row}" if first_row else "") + ".safetensors")
+            path = planned[(B, T)]
             parts = []
-            bar = tqdm(total=len(prompts), desc=f"collect B={B} T={T:g}", disable=not progress, unit="prompt")
+            bar = tqdm(total=len(prompts), desc=f"collect B={B} T={temperature_name(T)}", disable=not progress,
+                       unit="prompt")
             for start in range(0, len(prompts), batch_size):
                 batch = prompts[start:start + batch_size]
                 rec = TrajectoryRecorder(len(batch), B)
@@ -157,8 +195,9 @@ def collect(target, prompts: list[list[int]], out_dir, *, block_sizes=(16, 32), 
                 bar.update(len(batch))
             bar.close()
             shard = {k: torch.cat([p[k] for p in parts]).contiguous() for k in parts[0]}
-            meta = {"block_size": str(B), "temperature": f"{T:g}", "seed": str(seed), "first_row": str(first_row),
-                    "max_new_tokens": str(max_new_tokens), "num_prompts": str(len(prompts)), "rule": str(rule)}
+            meta = {"block_size": str(B), "temperature": temperature_name(T), "seed": str(seed),
+                    "first_row": str(first_row), "max_new_tokens": str(max_new_tokens),
+                    "num_prompts": str(len(prompts)), "rule": rule if rule == "family" else canonical_rule(rule)}
             atomic_write(path, lambda tmp, shard=shard, meta=meta: save_file(shard, tmp, metadata=meta))
             paths.append(path)
     return paths
