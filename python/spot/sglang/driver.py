@@ -21,7 +21,7 @@ from typing import Any, List, Optional
 
 import torch
 
-from ..drafters import drafter_limits
+from ..drafters import ConfidenceDrafter, drafter_limits
 from ..tree import Tree
 from .layout import TreeLayout, node_logits, tree_cache_loc, tree_layout, tree_tokens
 from .rounds import RoundResult, SpotOptions, make_drafter, spot_round
@@ -35,8 +35,11 @@ class SpotDriver:
     fdfo: bool
 
     def init_spot(self, algorithm_config) -> None:
-        self.options = SpotOptions.from_mapping(algorithm_config)
-        self.drafter = None
+        """The options checked against the block size, and the drafter loaded (on the CPU; onto the batch's device
+        at the first round), so that a config the block size or a drafter refuses fails here, at construction,
+        with one `Spot:` line naming the key, never at a request."""
+        self.options = SpotOptions.from_mapping(algorithm_config, self.block_size)
+        self.drafter = _load_drafter(self.options, "cpu", self.block_size)
         self._drafter_ready = False
         self.forwards = 0  # tree forwards run by this process
         self.last_layout: TreeLayout | None = None
@@ -81,7 +84,9 @@ class SpotDriver:
             raise RuntimeError(f"Spot: expected a DLLM_EXTEND batch, got {mode!r}")
         block = forward_batch.input_ids.view(bs, B)
         if not self._drafter_ready:
-            self.drafter = make_drafter(self.options.drafter, device=block.device, rule=self.options.rule)
+            if self.drafter is not None and block.device.type != "cpu" and not isinstance(self.drafter,
+                                                                                          ConfidenceDrafter):
+                self.drafter = _load_drafter(self.options, block.device, B)  # a learned drafter's weights there
             _check_drafter_vocabulary(self.drafter, getattr(getattr(model_runner, "model_config", None),
                                                             "vocab_size", None))
             self._drafter_ready = True
@@ -191,6 +196,20 @@ class SpotDriver:
         if tree.positions is None:
             positions = tokens = None
         return Tree(states, parents, positions, tokens, depth.clamp_min(0))
+
+
+def _load_drafter(options: SpotOptions, device, block_size: int):
+    """The config's drafter (spot.sglang.rounds.make_drafter) on `device`; one that cannot be loaded, or whose
+    largest block is smaller than the served block, is refused naming the `drafter` key."""
+    try:
+        drafter = make_drafter(options.drafter, device=device, rule=options.rule)
+    except (OSError, ValueError, TypeError) as err:
+        raise ValueError(f"Spot: drafter {options.drafter!r}: {err}") from None
+    max_block = drafter_limits(drafter)[0]
+    if isinstance(max_block, int) and block_size > max_block:
+        raise ValueError(f"Spot: drafter {options.drafter!r} drafts blocks of at most {max_block} positions and the "
+                         f"block size is {block_size}")
+    return drafter
 
 
 def _check_drafter_vocabulary(drafter, vocab_size) -> None:

@@ -14,21 +14,25 @@ a fake forward.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
 import torch
 
 from spot_kernels import CONFIDENCE_KINDS
+from spot_kernels.backends import BACKENDS
+from spot_kernels.checks import MAX_K
 
 from .. import limits
 from ..drafters import ConfidenceDrafter, Drafter, NoiseCoordinates, StaleFeatures, default_top_k
 from ..round import RoundConfig, draft, settle
-from ..rules import parse_rule
+from ..rules import parse_rule, rule_confidence
 from ..tree import WIDTH, Tree, default_probes, tree_branch
 from .layout import active_nodes
 
 STALE_FIELDS = ("topk_probs", "topk_ids", "tokens", "confidence", "masked")
+BACKEND_CHOICES = ("auto",) + BACKENDS  # spot_kernels backends (spot.generate's backend=)
 
 
 @dataclass
@@ -51,7 +55,13 @@ class SpotOptions:
     probes: int | None = None  # a rule's probe nodes per tree (None: spot.tree.default_probes; docs/rules.md)
 
     @classmethod
-    def from_mapping(cls, cfg) -> "SpotOptions":
+    def from_mapping(cls, cfg, block_size: int | None = None) -> "SpotOptions":
+        """The options of a `--dllm-algorithm-config` mapping, every key checked (one `Spot:` line naming the key),
+        and with `block_size` everything the block decides too (a rule's steps must fit it), so a config is refused
+        when the algorithm is built, never at a request."""
+        if cfg is not None and not isinstance(cfg, Mapping):
+            raise ValueError(f"Spot: the algorithm config (--dllm-algorithm-config) must be a mapping of keys such as "
+                             f"{{'rule': 'threshold:0.95', 'budget': 16}}, got {type(cfg).__name__} ({cfg!r:.80})")
         cfg = dict(cfg or {})
         cfg.pop("block_size", None)  # SGLang's own key, read by DllmConfig
         known = {f.name: f for f in fields(cls)}
@@ -65,15 +75,25 @@ class SpotOptions:
                 continue
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"Spot: {name} must be an int >= 1, got {v!r}")
+            if name in ("branch", "top_k") and v > MAX_K:  # spot_kernels' widest top-K and children per node
+                raise ValueError(f"Spot: {name} must be an int in [1, {MAX_K}], got {v!r}")
         if isinstance(out.seed, bool) or not isinstance(out.seed, int) or not 0 <= out.seed < 2**63:
             raise ValueError(f"Spot: seed must be an int in [0, 2**63), got {out.seed!r}")
         if out.confidence not in CONFIDENCE_KINDS:
             raise ValueError(f"Spot: confidence must be one of {CONFIDENCE_KINDS}, got {out.confidence!r}")
+        if out.backend not in BACKEND_CHOICES:
+            raise ValueError(f"Spot: backend must be one of {BACKEND_CHOICES}, got {out.backend!r}")
+        if not isinstance(out.drafter, str) or not out.drafter:
+            raise ValueError(f"Spot: drafter must be 'confidence', 'none', 'default' or a drafter directory, got "
+                             f"{out.drafter!r}")
         out.temperature = check_temperature(out.temperature, "Spot: temperature")
         if not isinstance(out.rule, str):
             raise ValueError(f"Spot: rule must be a string such as 'threshold:0.95', got {out.rule!r}")
         try:
             rule = parse_rule(out.rule)
+            rule_confidence(rule, out.confidence)  # a rule that computes another confidence: refused as generate does
+            if block_size is not None:
+                rule.check_block(block_size)
         except ValueError as err:
             raise ValueError(f"Spot: {err}") from None
         if out.probes is not None:
@@ -234,7 +254,7 @@ def round_config(options: SpotOptions, drafter, temperature: float, mask_id: int
     """The round's configuration for the requests of one temperature: static (fixed shapes, no host sync inside
     the round), no end-of-sequence closing (SGLang decides when a request stops), the options' commit rule."""
     rule = parse_rule(options.rule)
-    confidence = rule.confidence or options.confidence
+    confidence = rule_confidence(rule, options.confidence)
     tables = None if rule.is_one else rule.tables(block_size, device)
     top_k = options.top_k or default_top_k(rule.is_one, temperature, drafts=drafter is not None)
     return RoundConfig(mask_id, options.seed, temperature, confidence, top_k, options.backend,
