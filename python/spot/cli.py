@@ -17,7 +17,7 @@ from .cli_args import Parser, add_target_args, read_prompts_file, target_from_ar
 from .decode import (CONFIDENCE_KINDS, METHODS, _check_args, _tree_settings, confidence_drafter, generate,
                      resolve_rule)
 from .drafters import default_top_k
-from .rules import parse_rule
+from .rules import canonical_rule, parse_rule
 from .settings import Batching, TreeSettings
 from .tree import BRANCH, WIDTH, default_probes, tree_branch
 
@@ -193,7 +193,7 @@ def cmd_generate(a) -> int:
     prompts = _prompts(a, target)[:1]
     settings = _settings(a)
     _check_rule(a.rule)
-    if a.show_order and a.rule not in ("one",):
+    if a.show_order and (a.rule == "family" or canonical_rule(a.rule) != "one"):
         raise SystemExit(f"--show-order: shows one commit per pass; it has no view of --rule {a.rule}'s steps yet")
     _check_settings(target, prompts, settings)
     tok = target.tokenizer
@@ -253,7 +253,7 @@ def cmd_demo(a) -> int:
 
 def cmd_bench(a) -> int:
     """Every argument is checked, and --json's folder written to, before anything is decoded."""
-    from .lab.bench import check_writable, format_report, run_bench, run_rules, write_json
+    from .lab.bench import check_writable, format_report, inexact_runs, run_bench, run_rules, write_json
 
     _at_least(a, {"num_prompts": 1, "batch_size": 1, "prompt_len": 0, "max_new_tokens": 1})
     methods = _methods(a.methods)
@@ -263,9 +263,9 @@ def cmd_bench(a) -> int:
             check_writable(a.json)
         except ValueError as e:
             raise SystemExit(f"--json {e}") from None
-    if a.plot:
-        _check_plot_folder(a.plot)
     rules = _rules(a.rules) if a.rules else None
+    if a.plot:
+        _check_plot_folder(a.plot, rules)
     target = target_from_args(a)
     prompts = _prompts(a, target)
     if not prompts:
@@ -300,8 +300,10 @@ def cmd_bench(a) -> int:
             report["by_rule"][rule]["branch"] = branches(rule)
     for rule in rules or []:  # the probes each rule's trees held (TreeSettings.probes=None: the rule's default)
         commit_rule = resolve_rule(rule, target, "spot", settings["block_size"], "prob")[0]  # and its stale top-K
-        report["by_rule"][rule]["probes"] = default_probes(commit_rule.tables(settings["block_size"], "cpu"),
-                                                           report["settings"]["budget"])
+        tables = commit_rule.tables(settings["block_size"], "cpu")
+        report["by_rule"][rule]["probes"] = default_probes(tables, report["settings"]["budget"])  # the first budget's
+        if budgets:  # and each budget's
+            report["by_rule"][rule]["probes_by_budget"] = {str(b): default_probes(tables, b) for b in budgets}
         report["by_rule"][rule]["top_k"] = min(settings["top_k"] or default_top_k(commit_rule.is_one,
                                                                                   settings["temperature"]),
                                                target.vocab_size)
@@ -318,17 +320,21 @@ def cmd_bench(a) -> int:
 
         for path in bench_plots(report, a.plot):
             print(f"wrote {path}")
-    inexact = [name for name, r in report["methods"].items() if not r["exact_match_vs_standard"]]
+    inexact = inexact_runs(report)  # every method at every budget under every rule
     if a.assert_exact and inexact:
-        raise SystemExit(f"--assert-exact: {', '.join(inexact)} decoded other tokens than standard")
+        raise SystemExit(f"--assert-exact: {'; '.join(inexact)} decoded other tokens than standard")
     return 0
 
 
 def _rules(text: str) -> list[str]:
-    """--rules: rules separated by semicolons, or by commas where no rule has options (see its help)."""
+    """--rules: rules separated by semicolons, or by commas where no rule has options (see its help), each in its
+    canonical form (spot.rules.canonical_rule: the report's by_rule keys; "one;ONE" names a rule twice)."""
     items = [r.strip() for r in (text.split(";") if ";" in text else text.split(",")) if r.strip()]
     if not items:
         raise SystemExit(f"--rules: expected one or more commit rules, got {text!r}")
+    for rule in items:
+        _check_rule(rule)
+    items = [rule if rule == "family" else canonical_rule(rule) for rule in items]
     if len(set(items)) < len(items):
         raise SystemExit(f"--rules: {text!r} names a rule twice")
     return items
@@ -358,12 +364,13 @@ def _check_matplotlib() -> None:
         raise SystemExit("--plot: matplotlib is not installed (pip install matplotlib)") from None
 
 
-def _check_plot_folder(folder) -> None:
-    """--plot's folder is created (or must be a folder) and writable, before anything runs."""
+def _check_plot_folder(folder, rules=None) -> None:
+    """--plot's folder is created (or must be a folder) and writable, before anything runs: the files of every rule
+    (spot.lab.plots.bench_plot_names)."""
     from pathlib import Path
 
     from .files import check_writable
-    from .lab.plots import BENCH_PLOTS
+    from .lab.plots import bench_plot_names
 
     _check_matplotlib()
     path = Path(folder)
@@ -371,7 +378,7 @@ def _check_plot_folder(folder) -> None:
         raise SystemExit(f"--plot {folder}: exists and is not a folder")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        for name in BENCH_PLOTS:
+        for name in bench_plot_names(rules):
             check_writable(path / name)
     except (OSError, ValueError) as e:
         raise SystemExit(f"--plot {folder}: cannot write there ({e})") from None

@@ -22,6 +22,7 @@ import spot.decode
 import spot.lab.bench
 import spot.lab.project
 import spot.prompts
+import spot.rules
 import spot.tokenizer
 import spot_kernels
 import torch
@@ -315,6 +316,70 @@ def _tokenizer_without_added(directory):
 
 def _family_checkpoint(tmp, family):
     return pytest.importorskip("families_tiny").save_checkpoint(family, tmp / family)
+
+
+# ---- 7. commit rules wherever they enter (issue 46): strings, CommitRule fields, the SGLang plug-in's config ------
+
+BAD_RULES = ["", "steps:", "threshold:0.9,steps:", "dream:", "dream:8,alg:", "dream:8,eps:", "threshold:", "factor:",
+             "threshold:0.9,cmp:", "steps:0", "steps:-2", "steps:3.5", "steps:two", "threshold:1.5", "threshold:nan",
+             "factor:-1", "factor:inf", "dream:8,eps:0", "dream:8,alg:origin", "one:3", "one,steps:4",
+             "steps:4,cmp:ge", "sometimes", "threshold:0.7,editing_threshold:0.5", "steps:4,steps:8", ","]
+for text in BAD_RULES:
+    api(f"parse_rule {text!r}", lambda tmp, text=text: lambda: spot.rules.parse_rule(text))
+    cli(f"generate --rule {text!r}", lambda tmp, text=text: [*GENERATE, "--rule", text])
+    cli(f"bench --rules {text!r}", lambda tmp, text=text: [*BENCH, "--rules", f"one;{text}" if text else ";"])
+    api(f"Spot config rule {text!r}", lambda tmp, text=text: lambda: _spot_driver({"rule": text}))
+for flag in ("--rule", "--rules"):  # a rule whose steps exceed the block (4)
+    cli(f"{flag} steps:5 at B 4", lambda tmp, flag=flag: [*(BENCH if flag == "--rules" else GENERATE), flag, "steps:5"])
+BAD_FIELDS = {"steps 0": dict(kind="steps", steps=0), "steps -2": dict(kind="steps", steps=-2),
+              "steps 3.5": dict(kind="steps", steps=3.5), "steps bool": dict(kind="steps", steps=True),
+              "unknown kind": dict(kind="sometimes"), "kind not a string": dict(kind=3),
+              "dream without steps": dict(kind="dream"), "steps without steps": dict(kind="steps"),
+              "threshold 1.5": dict(kind="threshold", threshold=1.5), "threshold None": dict(kind="threshold"),
+              "threshold nan": dict(kind="threshold", threshold=float("nan")),
+              "threshold string": dict(kind="threshold", threshold="0.9"),
+              "factor -1.0": dict(kind="factor", threshold=-1.0), "factor 0": dict(kind="factor", threshold=0.0),
+              "factor not inclusive": dict(kind="factor", threshold=1.0, inclusive=False),
+              "dream eps 0": dict(kind="dream", steps=4, eps=0), "dream eps 1": dict(kind="dream", steps=4, eps=1.0),
+              "eps on steps": dict(kind="steps", steps=4, eps=0.5), "one with steps": dict(kind="one", steps=4),
+              "steps with a threshold": dict(kind="steps", steps=4, threshold=0.5),
+              "cmp on steps": dict(kind="steps", steps=4, inclusive=True), "inclusive string": dict(inclusive="yes"),
+              "confidence on one": dict(confidence="margin"),
+              "dream confidence unknown": dict(kind="dream", steps=4, confidence="loudness")}
+for name, fields in BAD_FIELDS.items():
+    api(f"CommitRule {name}", lambda tmp, fields=fields: lambda: spot.rules.CommitRule(**fields))
+BAD_SGLANG = {"not a mapping (str)": "abc", "not a mapping (list)": [1, 2], "not a mapping (int)": 5,
+              "unknown key": {"budgett": 4}, "budget 0": {"budget": 0}, "width bool": {"width": True},
+              "branch 10**6": {"branch": 10**6}, "top_k 70000": {"top_k": 70000}, "top_k 2**40": {"top_k": 2**40},
+              "top_k 0": {"top_k": 0}, "seed -1": {"seed": -1}, "temperature nan": {"temperature": float("nan")},
+              "confidence unknown": {"confidence": "loudness"}, "backend unknown": {"backend": "nope"},
+              "rule not a string": {"rule": 4}, "rule steps:16 at B 8": {"rule": "steps:16"},
+              "rule dream:16 at B 8": {"rule": "dream:16"},
+              "rule threshold:0.9,steps:9 at B 8": {"rule": "threshold:0.9,steps:9"},
+              "rule and confidence contradict": {"rule": "dream:4,alg:entropy", "confidence": "margin"},
+              "probes without a rule": {"probes": 1}, "probes >= budget": {"rule": "steps:4", "probes": 16},
+              "drafter missing": {"drafter": "/nonexistent/drafter"}, "drafter empty": {"drafter": ""},
+              "max_tree_tokens 0": {"max_tree_tokens": 0}}
+for name, config in BAD_SGLANG.items():
+    api(f"Spot config {name}", lambda tmp, config=config: lambda: _spot_driver(config))
+api("Spot config drafter folder without a drafter", lambda tmp: lambda: _spot_driver({"drafter": str(tmp)}))
+
+
+def _spot_driver(config, block_size=8):
+    """The SGLang plug-in built as `Spot.__init__` builds it (block size 8), without SGLang: a refusal starts with
+    `Spot: `."""
+    from spot.sglang.driver import SpotDriver
+
+    class Driver(SpotDriver):
+        def __init__(self):
+            self.block_size, self.mask_id, self.fdfo = block_size, 0, True
+            self.init_spot(config)
+
+    try:
+        Driver()
+    except ValueError as err:
+        assert str(err).startswith("Spot: "), err
+        raise
 
 
 # ---- the sweep -----------------------------------------------------------------------------------------------------

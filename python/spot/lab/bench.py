@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from ..decode import generate
 from ..files import atomic_write_text, check_writable  # noqa: F401 (check_writable: the bench scripts' import)
+from ..rules import canonical_rule
 from ..settings import TreeSettings
 from .dispatch_count import DispatchCounter
 
@@ -146,10 +147,16 @@ def run_rules(target, prompts: list[list[int]], methods, rules: list[str], **kw)
     """run_bench once per commit rule (spot.rules): `standard` with the rule is the reference of every method over
     it. The report is the first rule's, with "by_rule": {rule: {"methods": ..., ("by_budget": ...),
     "standard_tokens_per_pass": how parallel the rule alone is on this target (its commits per row and pass),
-    "standard_passes_vs_one": the passes of one commit per step over the rule's (when "one" is among the rules)}}."""
-    reports = {rule: run_bench(target, prompts, methods, rule=rule, **kw) for rule in rules}  # one after another
-    out = reports[rules[0]]
-    out["settings"]["rules"] = list(rules)
+    "standard_passes_vs_one": one commit per step's passes per generated token over the rule's (when "one" is among
+    the rules; with an end-of-sequence token the two may decode different numbers of tokens, so passes are compared
+    per token)}}. Rules are keyed by their canonical form (spot.rules.canonical_rule: "STEPS:8" and "steps:8" are
+    one rule, refused when named twice)."""
+    keys = [rule if rule == "family" else canonical_rule(rule) for rule in rules]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"rules: {list(rules)} name a rule twice (as {keys})")
+    reports = {key: run_bench(target, prompts, methods, rule=key, **kw) for key in keys}  # one after another
+    out = reports[keys[0]]
+    out["settings"]["rules"] = keys
     one = reports.get("one")
     out["by_rule"] = {}
     for rule, report in reports.items():
@@ -160,10 +167,28 @@ def run_rules(target, prompts: list[list[int]], methods, rules: list[str], **kw)
                  if per_pass else None}
         if "by_budget" in report:
             entry["by_budget"] = report["by_budget"]
-        if one is not None and std["row_passes"]:
-            entry["standard_passes_vs_one"] = one["methods"]["standard"]["row_passes"] / std["row_passes"]
+        if one is not None and std["row_passes"] and std["generated_tokens"]:
+            base = one["methods"]["standard"]
+            entry["standard_passes_vs_one"] = (base["row_passes"] / base["generated_tokens"]
+                                               / (std["row_passes"] / std["generated_tokens"]))
         out["by_rule"][rule] = entry
     return out
+
+
+def inexact_runs(report: dict) -> list[str]:
+    """Every run of a report that decoded other tokens than `standard` (with its commit rule): each method at each
+    budget under each rule, named ("confidence at budget 8, rule steps:4"); what `spot bench --assert-exact` checks."""
+    first = report["settings"].get("budget")
+    found = {}
+    for rule, entry in (report.get("by_rule") or {None: report}).items():
+        tables = [(first, entry["methods"]), *entry.get("by_budget", {}).items()]
+        for budget, table in tables:
+            for name, r in table.items():
+                if not r["exact_match_vs_standard"]:
+                    where = [f"budget {budget}"] if name != "standard" else []
+                    where += [f"rule {rule}"] if rule is not None else []
+                    found[name + (f" at {', '.join(where)}" if where else "")] = None
+    return list(found)
 
 
 def count_dispatch(target, prompts: list[list[int]], method: str, *, drafter=None, **settings) -> dict:
@@ -225,7 +250,8 @@ def format_report(report: dict) -> str:
     for rule, entry in report["by_rule"].items():
         head = f"rule {rule}: standard with it commits {entry['standard_tokens_per_pass'] or 0:.3f} tokens per pass"
         if "standard_passes_vs_one" in entry:
-            head += f" ({entry['standard_passes_vs_one']:.2f}x fewer passes than one commit per pass)"
+            head += (f" ({entry['standard_passes_vs_one']:.2f}x fewer passes per generated token than one commit "
+                     "per pass)")
         head += "; each row's own passes: " + ", ".join(
             f"{name} {r['row_passes']}"
             + ("" if name == "standard" else f" ({r['row_pass_reduction_vs_standard']:.2f}x)")

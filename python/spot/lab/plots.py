@@ -9,6 +9,7 @@ from bisect import bisect_right
 from pathlib import Path
 
 from ..files import atomic_write
+from ..rules import rule_file_name
 
 PASS_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -43,18 +44,40 @@ def _tables(report: dict) -> dict[int, dict]:
 BENCH_PLOTS = ("pass_reduction.png", "commits_per_pass.png")  # what bench_plots writes into its folder
 
 
+def bench_plot_names(rules=None) -> list[str]:
+    """The files bench_plots writes: BENCH_PLOTS, or with several commit rules (`spot bench --rules`, canonical
+    forms) one pair per rule, named after it (pass_reduction-steps_16.png: spot.rules.rule_file_name)."""
+    if not rules:
+        return list(BENCH_PLOTS)
+    return [name.replace(".png", f"-{rule_file_name(rule)}.png") for rule in rules for name in BENCH_PLOTS]
+
+
 def bench_plots(report: dict, folder) -> list[Path]:
     """pass_reduction.png (standard's passes / the method's, against the budget, per method) and
-    commits_per_pass.png (share of passes by commits per pass, per method and budget). Returns the paths."""
-    plt = pyplot()
+    commits_per_pass.png (share of passes by commits per pass, per method and budget), each titled with its commit
+    rule; a report over several rules (run_rules) gets one pair per rule (bench_plot_names). Returns the paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if "by_rule" not in report:
+        return _bench_plots(report, report["settings"].get("rule", "one"), folder, BENCH_PLOTS)
+    paths = []
+    names = bench_plot_names(list(report["by_rule"]))
+    for i, (rule, entry) in enumerate(report["by_rule"].items()):
+        sub = {"settings": report["settings"], "methods": entry["methods"]}
+        if "by_budget" in entry:
+            sub["by_budget"] = entry["by_budget"]
+        paths += _bench_plots(sub, rule, folder, names[2 * i:2 * i + 2])
+    return paths
+
+
+def _bench_plots(report: dict, rule: str, folder: Path, names) -> list[Path]:
+    plt = pyplot()
     tables = _tables(report)
     budgets = sorted(tables)
     methods = list(dict.fromkeys(m for t in tables.values() for m in t))
     s = report["settings"]
-    subtitle = (f"{s.get('num_prompts')} prompts x {s.get('max_new_tokens')} tokens, B = {s.get('block_size')}, "
-                f"T = {s.get('temperature')}")
+    subtitle = (f"rule {rule}: {s.get('num_prompts')} prompts x {s.get('max_new_tokens')} tokens, "
+                f"B = {s.get('block_size')}, T = {s.get('temperature')}")
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
     for method in methods:
@@ -67,7 +90,7 @@ def bench_plots(report: dict, folder) -> list[Path]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    paths = [folder / BENCH_PLOTS[0]]
+    paths = [folder / names[0]]
     atomic_write(paths[0], lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
 
@@ -89,7 +112,7 @@ def bench_plots(report: dict, folder) -> list[Path]:
         ax.legend(fontsize=7)
     fig.suptitle(f"commits per pass ({subtitle})", fontsize=9)
     fig.tight_layout()
-    paths.append(folder / BENCH_PLOTS[1])
+    paths.append(folder / names[1])
     atomic_write(paths[1], lambda tmp: fig.savefig(tmp, format="png"))
     plt.close(fig)
     return paths

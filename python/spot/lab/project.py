@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..files import atomic_write, read_json
+from ..rules import canonical_rule
 
 LABEL = "projection (roofline), not a measurement"
 # Host time per eager PyTorch op on a GPU (dispatch and launch), and per CUDA-graph replay of a captured round.
@@ -227,7 +228,8 @@ def _entry(method: str, budget: int, r: dict, settings: dict, source: str, stand
                         _object(source, f"{name}.dispatch_per_pass", d["dispatch_per_pass"]).get("decoder")).get("ops"))
            for d, name in ((r, where), (standard, "methods.standard"))]
     # with a commit rule the baseline is standard with it: its own passes (one commit per pass: the commits)
-    baseline = None if rule == "one" or standard is None else _histogram(source, "methods.standard", standard)[0]
+    baseline = (None if _same_rule(rule, "one") or standard is None
+                else _histogram(source, "methods.standard", standard)[0])
     return Acceptance(method, budget, commits, passes, _blocks(settings, passes, source),
                       _integer(source, "settings.block_size", settings.get("block_size"), 1), source, *ops, baseline)
 
@@ -253,18 +255,29 @@ def _rule_tables(data: dict, rule: str | None, path) -> tuple[str, dict, dict]:
             if len(by_rule) != 1:
                 raise ValueError(f"{path}: holds the rules {list(by_rule)}; pick one with --rule")
             rule = next(iter(by_rule))
-        if rule not in by_rule:
+        found = [key for key in by_rule if _same_rule(key, rule)]
+        if not found:
             raise ValueError(f"{path}: no rule {rule!r}; it holds {list(by_rule)}")
+        rule = found[0]
         entry = _object(path, f"by_rule[{rule!r}]", by_rule[rule])
         where = f"by_rule[{rule!r}].methods"
     else:
         own = settings.get("rule", "one")
-        if rule is not None and rule != own:
+        if rule is not None and not _same_rule(own, rule):
             raise ValueError(f"{path}: a report of rule {own!r}, not {rule!r}")
         rule, entry, where = own, data, "methods"
     methods = _object(path, where, entry.get("methods"))
     tables = entry.get("by_budget") or {str(_integer(path, "settings.budget", settings.get("budget"), 1)): methods}
     return str(rule), tables, methods
+
+
+def _same_rule(a, b) -> bool:
+    """Two names of one commit rule: compared by their canonical form (spot.rules.canonical_rule: case, spaces, the
+    order of terms and the spelling of numbers aside); a name that is no rule string only equals itself."""
+    try:
+        return canonical_rule(a) == canonical_rule(b)
+    except (TypeError, ValueError):
+        return a == b
 
 
 def load_acceptance(paths, rule: str | None = None) -> list[Acceptance]:
