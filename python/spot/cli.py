@@ -216,12 +216,37 @@ def cmd_generate(a) -> int:
         s = out.stats
         rows.append(f"{method:<11} passes {s.target_passes:>5}  tokens {s.generated_tokens:>5}  "
                     f"passes/token {s.passes_per_token:.3f}  tokens/s {s.tokens_per_second:8.1f}")
+    print(_run_line(a, settings))
     print("\n".join(rows))
     if a.budget == "auto":
+        root = ": the root alone, standard's own pass, so no method saves one" if settings["budget"] == 1 else ""
         print(f"budget {settings['budget']} (--budget auto: the fastest measured for {a.device}, B={a.block_size}, "
-              f"T={'0' if a.temperature == 0 else '>0'}; python/spot/weights/budgets.json)")
+              f"T={'0' if a.temperature == 0 else '>0'}; python/spot/weights/budgets.json){root}")
+        if settings["budget"] == 1 and any(m != "standard" for m in methods):
+            print(_gpu_sized(target, prompts, methods, drafter, settings))
         print(WHY_BUDGETS)
     return 0
+
+
+def _run_line(a, settings: dict) -> str:
+    """What every method of `spot generate` ran with, above its table: the target, the commit rule, the budget."""
+    rule = "one (one commit per pass)" if a.rule == "one" else a.rule
+    auto = " (--budget auto)" if a.budget == "auto" else ""
+    return (f"target {a.target}, rule {rule}, budget {settings['budget']}{auto}, block size {a.block_size}, "
+            f"T {a.temperature:g}")
+
+
+GPU_BUDGET = 16  # a tree a GPU scores in about one pass's time (spot demo's largest budget; docs/projection.md)
+
+
+def _gpu_sized(target, prompts, methods, drafter, settings: dict) -> str:
+    """Where --budget auto picks the root alone (a CPU: no method saves a pass), what a GPU-sized tree saves on this
+    prompt: each tree method decoded again at GPU_BUDGET (the same tokens; only the passes differ)."""
+    passes = [(m, generate(target, prompts, m, drafter=drafter if m == "spot" else None,
+                           **{**settings, "budget": GPU_BUDGET}).stats.target_passes)
+              for m in methods if m != "standard"]
+    return (f"at budget {GPU_BUDGET} (a tree a GPU scores in about one pass's time) this prompt takes "
+            + ", ".join(f"{m} {n} passes" for m, n in passes) + f"; --budget {GPU_BUDGET} runs it here")
 
 
 WHY_BUDGETS = ("why: a CPU picks small trees and a GPU large ones: on a CPU a pass's cost grows about linearly with "

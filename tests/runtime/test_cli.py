@@ -168,3 +168,29 @@ def test_bench_budgets_writes_by_budget_and_plots(tmp_path, capsys):
     assert "confidence       4" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--budgets"):
         main(["bench", "--target", "random", "--budgets", "4,x"])
+
+
+def test_generate_names_its_settings_and_what_a_gpu_sized_tree_saves_where_auto_picks_the_root(capsys, monkeypatch):
+    """The table's header names the target, the rule and the budget; where --budget auto picks 1 (a CPU: every
+    method takes standard's passes) the output says what budget 16 takes on the prompt (issue 47)."""
+    import re
+
+    import spot.budgets
+    from spot.cli import GPU_BUDGET
+
+    args = ["generate", "--target", "random", "--max-new-tokens", "8", "--block-size", "4", "--prompt-len", "4",
+            "--methods", "standard,confidence"]
+    assert main([*args, "--rule", "steps:2", "--budget", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "target random, rule steps:2, budget 4, block size 4, T 0\n" in out
+    assert "--budget auto" not in out and f"at budget {GPU_BUDGET}" not in out
+    monkeypatch.setattr(spot.budgets, "default_budget", lambda *a, **k: 1)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "target random, rule one (one commit per pass), budget 1 (--budget auto), block size 4, T 0\n" in out
+    assert re.search(r"^confidence +passes +8 ", out, re.M)  # the root alone: standard's passes
+    saved = re.search(rf"^at budget {GPU_BUDGET} \(.*\) this prompt takes confidence (\d+) passes; "
+                      rf"--budget {GPU_BUDGET} runs it here$", out, re.M)
+    assert saved and int(saved[1]) <= 8, out
+    assert main([*args, "--budget", str(GPU_BUDGET)]) == 0
+    assert re.search(rf"^confidence +passes +{saved[1]} ", capsys.readouterr().out, re.M)  # the same decode

@@ -158,7 +158,7 @@ def _projection(trees: list[Run], block_size: int) -> list[str]:
              "per pass:", f"   {LABEL} (`spot project`, docs/projection.md)",
              f"   {'standard':<11}{rows[0]['tokens_per_second_standard']:>6.0f} tokens/s projected"]
     for r in rows:
-        mark = "  (best)" if fastest[r["method"]] is r else ""
+        mark = f"  ({r['method']}'s best budget)" if fastest[r["method"]] is r else ""
         lines.append(f"   {r['method']:<11}{r['tokens_per_second']:>6.0f} tokens/s projected, {r['speedup']:.2f}x "
                      f"standard at budget {r['budget']} ({r['bound']}-bound pass){mark}")
     return lines
