@@ -138,8 +138,11 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                          "groups instead")
     # A block-aligned session (SDAR, LLaDA2: spot.families) opens the first block with each prompt's last
     # len % block_size tokens (`prompt_head`): they take block positions and are not output.
-    head = list(getattr(session, "prompt_head", None) or [0] * width_of_batch)
-    n_blocks = -(-(max_new_tokens + max(head, default=0)) // block_size) if max_new_tokens else 0
+    # A prompt admitted later (per-row batching) reads its head when it joins; the block count covers every prompt's.
+    head = list(getattr(session, "prompt_head", None) or [0] * width_of_batch) + [0] * (b - width_of_batch)
+    most_head = max((len(p) % block_size for p in prompts), default=0) if getattr(target, "aligned_blocks", False) \
+        else max(head, default=0)
+    n_blocks = -(-(max_new_tokens + most_head) // block_size) if max_new_tokens else 0
     commit_orders = _CommitOrders(b, n_blocks, block_size, dev)
     blocks: list[list[torch.Tensor]] = [[] for _ in range(b)]
     slots = _Slots(list(range(width_of_batch)) if n_blocks else [], block_size, target.mask_id, dev)
@@ -176,6 +179,11 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
                 new, waiting = waiting[:width_of_batch - len(slots)], waiting[width_of_batch - len(slots):]
                 session.admit([prompts[i] for i in new])
                 slots.admit(new)
+                if session.prompt_head is not None:  # block-aligned: the joining prompts open their first blocks
+                    for i, h in zip(new, session.prompt_head[-len(new):]):
+                        head[i] = h
+                    slots.new_blocks(list(range(len(slots) - len(new), len(slots))),
+                                     session.initial_block(block_size))
         else:
             slots.over = [a or o for a, o in zip(slots.over, over)]
             if all(slots.over):

@@ -109,7 +109,8 @@ def _short(value) -> str:
 
 def check_model_config(meta, path) -> ModelConfig:
     """A target's saved config, checked at load time (errors name `path` and the field)."""
-    cfg = ModelConfig(**check_config_fields(meta, ModelConfig, path))
+    # prefix_attention came later: a config without it is the token-causal first target's
+    cfg = ModelConfig(**check_config_fields(meta, ModelConfig, path, optional=("prefix_attention",)))
     for name in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff"):
         if getattr(cfg, name) < 1:
             raise ValueError(f"{path}: config field {name!r} must be >= 1, got {getattr(cfg, name)}")

@@ -36,6 +36,9 @@ import spot_kernels
 from spot_kernels.backends import BACKENDS
 
 
+PREFIX_ATTENTION = ("causal", "block")
+
+
 @dataclass
 class ModelConfig:
     vocab_size: int = 4096
@@ -49,6 +52,10 @@ class ModelConfig:
     pad_id: int = 0
     eos_id: int = 1
     mask_id: int = 2
+    # How committed tokens attend to each other: "causal" (token by token, the first embedded target) or "block"
+    # (SDAR's: each block sees itself bidirectionally and every earlier block; blocks sit at absolute positions
+    # k * B). Training and the session build their masks from it; the module itself takes the mask as an argument.
+    prefix_attention: str = "causal"
 
     @property
     def head_dim(self) -> int:
@@ -71,6 +78,9 @@ class ModelConfig:
         for name in ("pad_id", "eos_id", "mask_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"config: {name} must lie in [0, vocab_size)")
+        if self.prefix_attention not in PREFIX_ATTENTION:
+            raise ValueError(f"config: prefix_attention must be one of {PREFIX_ATTENTION}, got "
+                             f"{self.prefix_attention!r}")
 
 
 # CPU matrix multiplies take another kernel, with another summation order, for a call of few rows (measured with

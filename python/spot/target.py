@@ -218,6 +218,11 @@ class ModelTarget(Target):
         return self.device.type == "cpu" and self.compute_dtype in (torch.float32, torch.float64)
 
     @property
+    def aligned_blocks(self) -> bool:
+        """Blocks at absolute positions k * B: a model trained with SDAR's block-causal prefix attention."""
+        return self.model.cfg.prefix_attention == "block"
+
+    @property
     def device(self) -> torch.device:
         return self.model.embed.weight.device
 
@@ -272,8 +277,42 @@ class ModelSession(Session):
         self.max_new_tokens, self.block_size = max_new_tokens, block_size
         self.compute_dtype = target.compute_dtype
         self.pending: list[torch.Tensor] = []
+        # SDAR's attention (`ModelConfig.prefix_attention` "block"): blocks at absolute positions k * B, each
+        # committed block seeing itself and the blocks before it; a prompt's last len % B tokens open its first
+        # block (`heads`), as SDAR's own sampler places them.
+        self.aligned = target.aligned_blocks
+        self.heads: list[list[int]] = []
         self.cache = KVCache(target.model.cfg, 0, 0, self.compute_dtype, target.device, max_capacity=0)
         self.admit(prompts)
+
+    @property
+    def prompt_head(self) -> list[int] | None:
+        """Per row, how many of its first block's positions its prompt fills (block-causal prefix only)."""
+        return [len(h) for h in self.heads] if self.aligned else None
+
+    def initial_block(self, block_size: int) -> torch.Tensor | None:
+        """Per row, its first block before any pass: the prompt's head, then masks (block-causal prefix only; the
+        decoder applies it to rows that start their first block)."""
+        if not self.aligned:
+            return None
+        block = torch.full((self.batch, block_size), self.target.mask_id, dtype=torch.long)
+        for i, head in enumerate(self.heads):
+            block[i, :len(head)] = torch.as_tensor(head, dtype=torch.long)
+        return block.to(self.cache.device)
+
+    def _split_heads(self, prompts) -> list[list[int]]:
+        """The prompts' whole blocks (what the prefix holds); their remaining tokens go to `heads`."""
+        B, eos, whole = self.block_size, self.target.eos_id, []
+        for p in prompts:
+            p = [int(t) for t in p]
+            cut = len(p) // B * B
+            if eos is not None and eos in p[cut:]:  # the decoder would read it as the answer's end
+                raise ValueError(f"prompts: a prompt's last len % {B} tokens open the first block, and one of them is "
+                                 f"the end-of-sequence id {eos}; choose a block size that leaves it in a whole prompt "
+                                 "block")
+            whole.append(p[:cut])
+            self.heads.append(p[cut:])
+        return whole
 
     @property
     def key_start(self) -> torch.Tensor:
@@ -281,9 +320,12 @@ class ModelSession(Session):
         return self.cache.key_start
 
     def admit(self, prompts) -> None:
-        """Add rows for `prompts` after the current ones; their prompts are prefilled inside the next pass."""
+        """Add rows for `prompts` after the current ones; their prompts are prefilled inside the next pass (with
+        block-causal prefix attention, their whole blocks: the rest opens the row's first block, `prompt_head`)."""
         target, device = self.target, self.target.device
         cfg, dtype = target.model.cfg, self.compute_dtype
+        if self.aligned:
+            prompts = self._split_heads(prompts)
         longest = max((len(p) for p in prompts), default=0)
         most = max(self.cache.max_capacity, _slots(longest, self.max_new_tokens, self.block_size))
         batch = self.batch + len(prompts)
@@ -301,6 +343,7 @@ class ModelSession(Session):
         index = keep.tolist()
         self.cache.keep_rows(index)
         self.pending = [self.pending[i] for i in index]
+        self.heads = [self.heads[i] for i in index] if self.aligned else self.heads
         self.batch = len(index)
 
     @property
@@ -365,6 +408,8 @@ class ModelSession(Session):
         # tree_attention): build that block alone, none at all when nothing is appended.
         mask = spot_kernels.tree_mask(key_start, **{**shape, "num_nodes": 0}, backend=backend) if num_new else None
         positions = spot_kernels.tree_position_ids(key_start, **shape, backend=backend)
+        if num_new and self.aligned:
+            mask = mask | _later_in_block(key_start, positions[:, :num_new], append.start + num_new, B)
         starts = tuple(self.cache.starts) if self.kernels.slices_rows(self.cache.device) else None
         return self.target.model(ids, positions, mask, self.cache, append, logits_from=num_new,
                                  tree=TreeLayout(key_start, n, B, starts), compute_dtype=self.compute_dtype,
@@ -374,6 +419,21 @@ class ModelSession(Session):
         rows = range(self.batch) if rows is None else rows.tolist()
         for i, r in enumerate(rows):
             self.pending[r] = torch.cat((self.pending[r], block[i].to(self.cache.device)))
+
+
+def _later_in_block(key_start: torch.Tensor, positions: torch.Tensor, prefix_len: int, block_size: int):
+    """bool [b, 1, num_new, prefix_len]: the appended tokens' keys later in their own block, which block-causal
+    prefix attention adds to the causal rows of `spot_kernels.tree_mask` (appended tokens are whole blocks, so those
+    keys are appended ones). positions: the appended tokens' positions (a padding query's clamped to 0: its row
+    holds no real key, and keeps seeing only itself)."""
+    key = torch.arange(prefix_len, device=key_start.device)[None, None, :] - key_start[:, None, None]  # key position
+    query = positions[:, :, None]
+    real_query = (prefix_len - positions.shape[1] + torch.arange(positions.shape[1], device=key_start.device))[None, :,
+                                                                                                             None] \
+        >= key_start[:, None, None]
+    later = (key > query) & (torch.div(key, block_size, rounding_mode="floor")
+                             == torch.div(query, block_size, rounding_mode="floor"))
+    return (later & real_query)[:, None]
 
 
 class _ProjectedLogits(NodeLogits):
