@@ -156,9 +156,10 @@ def cmd_target(a) -> int:
     heldout_tokens = encode_documents(a.corpus, tok, "heldout")
     print(f"corpus: {train_tokens.size} train tokens, {heldout_tokens.size} held-out tokens")
     mcfg = ModelConfig(vocab_size=tok.vocab_size, d_model=a.d_model, n_layers=a.layers, n_heads=a.heads,
-                       n_kv_heads=a.kv_heads, d_ff=a.d_ff, pad_id=tok.pad_id, eos_id=tok.eos_id, mask_id=tok.mask_id)
+                       n_kv_heads=a.kv_heads, d_ff=a.d_ff, pad_id=tok.pad_id, eos_id=tok.eos_id, mask_id=tok.mask_id,
+                       prefix_attention=a.prefix_attention)
     cfg = TrainConfig(seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr, seed=a.seed,
-                      minutes=a.minutes, eval_every=a.eval_every)
+                      minutes=a.minutes, eval_every=a.eval_every, precision=a.precision)
     result = train(mcfg, cfg, train_tokens, heldout_tokens, out, export_dir=export)
     print(f"trained {result['step']} steps, {result['parameters']} parameters; exported to {export}")
     return 0
@@ -166,7 +167,7 @@ def cmd_target(a) -> int:
 
 def cmd_collect(a) -> int:
     from ...cli_args import read_prompts_file, target_from_args
-    from .collect import check_collect_args, collect
+    from .collect import check_collect_args, collect, shard_paths
     from .prompts import training_prompts
 
     out = _output(a.out, a)

@@ -1,8 +1,9 @@
 """Block-diffusion training of the embedded target (SDAR / BD3-LM recipe), resumable and deterministic.
 
 Each example is a window of L tokens cut into blocks of B (B drawn from `block_sizes`, one per step). The model
-sees [clean window, noisy window]: clean tokens attend causally to clean tokens (exactly the KV-cached prefix of
-inference), noisy block i attends bidirectionally to itself and to the clean tokens before it. Every noisy block
+sees [clean window, noisy window]: clean tokens attend to clean tokens as the KV-cached prefix of inference does
+(`ModelConfig.prefix_attention`: token by token, or SDAR's block-causal: a clean block sees itself and every
+earlier block), noisy block i attends bidirectionally to itself and to the clean tokens before it. Every noisy block
 masks each token with probability t ~ U(t_min, 1); the loss is cross-entropy on masked tokens weighted by 1/t.
 """
 
@@ -42,15 +43,20 @@ class TrainConfig:
     eval_windows: int = 64
     checkpoint_every: int = 250
     minutes: float = 0.0  # stop (and export) after this much wall time; 0 = no limit
+    # "bfloat16": forward and backward under CPU autocast (master weights, optimizer and loss in float32): about 2x
+    # faster per step on a CPU with AVX-512 bf16 (measured here: 1.95 s against 4.1 s at batch 16 x 256, one thread)
+    precision: str = "float32"
 
 
-def training_mask(seq_len: int, block: int, device=None) -> torch.Tensor:
-    """bool [1, 1, 2L, 2L] for the sequence [clean (L), noisy (L)] (True = attend)."""
+def training_mask(seq_len: int, block: int, device=None, prefix_attention: str = "causal") -> torch.Tensor:
+    """bool [1, 1, 2L, 2L] for the sequence [clean (L), noisy (L)] (True = attend); prefix_attention: how clean
+    tokens see each other (`ModelConfig.prefix_attention`)."""
     q = torch.arange(2 * seq_len, device=device)
     qc, kc = q[:, None], q[None, :]
     q_noisy, k_noisy = qc >= seq_len, kc >= seq_len
     q_pos, k_pos = qc % seq_len, kc % seq_len
-    clean_to_clean = ~q_noisy & ~k_noisy & (k_pos <= q_pos)
+    seen = (k_pos // block <= q_pos // block) if prefix_attention == "block" else (k_pos <= q_pos)
+    clean_to_clean = ~q_noisy & ~k_noisy & seen
     noisy_to_clean = q_noisy & ~k_noisy & (k_pos < (q_pos // block) * block)
     noisy_to_noisy = q_noisy & k_noisy & (k_pos // block == q_pos // block)
     return (clean_to_clean | noisy_to_clean | noisy_to_noisy)[None, None]
@@ -91,7 +97,7 @@ def evaluate(model, tokens: np.ndarray, cfg: TrainConfig, ratios=(0.25, 0.5, 0.7
     """Held-out masked-token accuracy at fixed masking ratios (and the unigram baseline's, if given)."""
     model.eval()
     windows = TokenWindows(tokens, cfg.seq_len, seed=12345).batch(0, cfg.eval_windows)
-    attn = training_mask(cfg.seq_len, block)
+    attn = training_mask(cfg.seq_len, block, prefix_attention=model.cfg.prefix_attention)
     out = {}
     for r in ratios:
         gen = torch.Generator().manual_seed(int(r * 1000))
@@ -169,7 +175,7 @@ def train(mcfg: ModelConfig, cfg: TrainConfig, train_tokens: np.ndarray, heldout
         step, log = _load_checkpoint(out_dir, model, opt)
     unigram_top = int(np.bincount(train_tokens[: 5_000_000], minlength=mcfg.vocab_size).argmax())
     windows = TokenWindows(train_tokens, cfg.seq_len, cfg.seed)
-    masks = {bs: training_mask(cfg.seq_len, bs) for bs in cfg.block_sizes}
+    masks = {bs: training_mask(cfg.seq_len, bs, prefix_attention=mcfg.prefix_attention) for bs in cfg.block_sizes}
     model.train()
     t0 = time.time()
     bar = tqdm(total=cfg.steps, initial=step, desc="train-target", disable=not progress)
@@ -180,7 +186,8 @@ def train(mcfg: ModelConfig, cfg: TrainConfig, train_tokens: np.ndarray, heldout
         noisy, masked, weight = noisy_batch(clean, block, mcfg.mask_id, cfg.t_min, gen)
         for group in opt.param_groups:
             group["lr"] = _lr(cfg, step)
-        loss, _ = masked_loss(model, clean, noisy, masked, weight, masks[block])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.precision == "bfloat16"):
+            loss, _ = masked_loss(model, clean, noisy, masked, weight, masks[block])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
