@@ -19,7 +19,8 @@ SGLANG := sglang==0.5.23 orjson psutil pybase64 starlette msgspec pyzmq ipython 
 # pipeline needs huggingface_hub >= 1.0, which transformers 4.57 refuses: its drop-in tests run on the 5.x line only.
 TF4       := .cache/tf4
 TF4_PKGS  := transformers==4.57.1 "huggingface_hub<1.0" "tokenizers<0.23"
-HF_TESTS  := tests/integrations/test_hf.py tests/integrations/test_families.py tests/integrations/test_drop_in.py
+HF_TESTS  := tests/integrations/test_hf.py tests/integrations/test_families.py tests/integrations/test_drop_in.py \
+             tests/integrations/test_export.py
 
 .PHONY: install demo test bench clean
 

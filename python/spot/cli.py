@@ -474,6 +474,21 @@ def cmd_project(a) -> int:
     return 0
 
 
+def cmd_export(a) -> int:
+    from .export import SDAR_CODE_FILES, export_sdar
+    from .loading import load_target
+
+    try:
+        target = load_target(a.target)
+        path = export_sdar(target.model, target.tokenizer, a.directory)
+    except (FileExistsError, PermissionError, ValueError, FileNotFoundError) as e:
+        raise SystemExit(str(e)) from None
+    print(f"wrote {path}: config.json (model_type sdar), model.safetensors, tokenizer files (mask token "
+          f"{target.tokenizer.decode([target.mask_id])!r}). Put SDAR's {' and '.join(SDAR_CODE_FILES)} beside them "
+          "to load it with transformers (trust_remote_code=True)")
+    return 0
+
+
 _PROMPT_LEN_HELP = (f"decode random token prompts of this length (without it: {PROMPT_LEN}, for --target random and "
                     "targets without a tokenizer); they never hold the target's mask, end-of-sequence or padding ids")
 
@@ -533,6 +548,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budgets", default="4,16", help="the tree budgets confidence and spot run at (a GPU's sizes)")
     p.add_argument("--device", default="cpu")
     p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("export", help="write an embedded target as an SDAR checkpoint directory (docs/integrations.md)")
+    p.add_argument("directory", help="a new or empty directory (nothing is overwritten)")
+    p.add_argument("--target", default="default", help="'default' or a directory holding target.safetensors")
+    p.set_defaults(func=cmd_export)
     sub.add_parser("build", add_help=False, help="the offline pipeline: `spot build --help`")
     return parser
 
