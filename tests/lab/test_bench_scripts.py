@@ -50,7 +50,7 @@ def exactness_checks(node, path=""):
 
 
 @pytest.mark.parametrize("name", ["pass_work", "budget_curve", "batching", "online_accuracy", "backend_decode",
-                                  "round_count", "round_gpu", "tree_width"])
+                                  "round_count", "round_gpu", "tree_width", "peers_sdar"])
 def test_bench_script_refuses_a_json_path_before_running(name, tmp_path, monkeypatch):
     """--json is checked before the run (a bad path does not lose a whole benchmark's results) and goes through
     the write guard every write of the project passes: a path inside the installed package is refused."""
@@ -68,6 +68,31 @@ def test_bench_script_refuses_a_json_path_before_running(name, tmp_path, monkeyp
         with pytest.raises(ValueError, match=message):
             script(name).main(["--json", str(path)])
         assert not path.exists()
+
+
+def test_peers_sdar_runs_spot_and_names_the_peers_it_cannot_run(tmp_path, monkeypatch):
+    """bench/peers_sdar.py without the peers' code (no FREEDAVE_ROOT, no SPOT_FAMILY_ROOT): spot's rows run, each
+    one prompt per call and token-identical to `standard`, and the report says why SDAR and FreeDave did not run."""
+    import spot
+
+    monkeypatch.delenv("FREEDAVE_ROOT", raising=False)
+    monkeypatch.delenv("SPOT_FAMILY_ROOT", raising=False)
+    target = tmp_path / "target"
+    spot.save_model(spot.load_target("random", config=spot.ModelConfig(prefix_attention="block")).model, target)
+    out = tmp_path / "peers.json"
+    assert script("peers_sdar").main(["--target", str(target), "--num-prompts", "2", "--max-new-tokens", "8",
+                                      "--block-size", "4", "--thresholds", "0.9", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert set(report["unavailable"]) == {"sdar", "freedave"}
+    assert "SPOT_FAMILY_ROOT" in report["unavailable"]["sdar"]
+    for rule in ("one", "threshold:0.9"):
+        rows = {r["method"]: r for r in report["rules"][rule]["rows"]}
+        assert set(rows) == {"spot standard", "spot spot", "spot oracle"}
+        for r in rows.values():
+            assert r["exact_vs_standard"] == 2 and len(r["forwards_per_prompt"]) == 2
+            assert r["forwards"] == r["decode"] == sum(r["forwards_per_prompt"]) > 0  # prefill fused into passes
+            assert r["fed_per_forward"] >= 4  # every pass feeds at least one block
+        assert rows["spot oracle"]["forwards"] <= rows["spot standard"]["forwards"]
 
 
 @pytest.mark.parametrize("temperature", ["0", "1"])
