@@ -179,6 +179,11 @@ def cmd_collect(a) -> int:
         raise SystemExit(f"--block-sizes: expected positive sizes, got {a.block_sizes!r}")
     if not temperatures or min(temperatures) < 0:
         raise SystemExit(f"--temperatures: expected temperatures >= 0, got {a.temperatures!r}")
+    skip = _ints(a.skip_prompts, "--skip-prompts") if a.skip_prompts and not a.prompts_file else ()
+    try:  # the output names follow from the flags alone: refused before the target, corpus or prompts are read
+        shard_paths(out, block_sizes, temperatures, a.rule, max(skip) + a.skip_fresh if skip else 0, a.overwrite)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"collect: {e}") from None
     target = target_from_args(a)
     if target.tokenizer is None:
         raise SystemExit("collect needs a target with a tokenizer (prompts are text: the corpus or --prompts-file)")
@@ -187,7 +192,6 @@ def cmd_collect(a) -> int:
             raise SystemExit("--skip-prompts numbers corpus prompts; it does not apply to --prompts-file")
         texts, first_row = read_prompts_file(a.prompts_file)[:a.num_prompts], 0
     else:
-        skip = _ints(a.skip_prompts, "--skip-prompts") if a.skip_prompts else ()
         texts, first_row = training_prompts(a.corpus, a.num_prompts, skip, a.skip_fresh)
     prompts = [target.tokenizer.encode(t) for t in texts]
     if not prompts:
