@@ -78,6 +78,7 @@ $(TF4)/.installed: $(VENV)/.installed
 SIMD_AVX2_TESTS    := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/test_select_children.py \
                       tests/ops/test_expand_frontier.py tests/ops/test_order_logits.py tests/ops/test_commit_rule.py \
                       tests/runtime/test_half_precision.py tests/runtime/test_batching.py tests/runtime/test_target.py \
+                      tests/runtime/test_block_prefix.py \
                       tests/runtime/test_embedded.py tests/integrations/test_hf.py
 SIMD_DEFAULT_TESTS := tests/ops/test_score.py tests/ops/test_noise.py tests/ops/test_select_children.py \
                       tests/runtime/test_half_precision.py tests/integrations/test_hf.py

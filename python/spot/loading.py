@@ -23,8 +23,9 @@ from .target import ModelTarget
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 # the targets shipped in the package, by name: "default" is the embedded target; "target2" an independently
-# trained second one (another seed and shape, the same tokenizer), the test bed for drafter transfer
-SHIPPED_TARGETS = {"default": WEIGHTS_DIR, "target2": WEIGHTS_DIR / "target2"}
+# trained second one (another seed and shape, the same tokenizer), the test bed for drafter transfer; "sdar" the
+# default's shape trained with SDAR's attention (block-causal prefix), which `spot export` writes as an SDAR checkpoint
+SHIPPED_TARGETS = {"default": WEIGHTS_DIR, "target2": WEIGHTS_DIR / "target2", "sdar": WEIGHTS_DIR / "sdar"}
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -178,7 +179,8 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     """Return a target ready for `spot.generate`.
 
     name: "default" (the embedded trained model shipped in the package), "target2" (a second embedded model, another
-    seed and shape: docs/model_card.md), "random" (random weights from `seed`,
+    seed and shape: docs/model_card.md), "sdar" (the default's shape trained with SDAR's attention: docs/model_card.md),
+    "random" (random weights from `seed`,
     shaped by `config`, for tests and benchmarks), a directory holding target.safetensors + target.json, or a
     Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;
     `hf_options` (family, force_family, layout, mask_token, mask_id, eos_id, trust_remote_code, logits_shift,
@@ -214,7 +216,7 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     elif Path(name).is_dir():
         model = load_model(name)
     else:
-        raise ValueError(f"name: expected 'default', 'target2', 'random' or a weights directory, got {name!r}")
+        raise ValueError(f"name: expected 'default', 'target2', 'sdar', 'random' or a weights directory, got {name!r}")
     if tokenizer is not None and tokenizer.vocab_size != model.cfg.vocab_size:
         tokenizer = None  # a model of another vocabulary has no text interface
     return ModelTarget(model.to(device=device, dtype=dtype), tokenizer)
