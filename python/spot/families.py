@@ -27,7 +27,7 @@ import torch
 
 from .hf import (FAMILIES, BidirectionalSession, HFTarget, _crop, _first, _LeftPadded, checkpoint_config, family_of,
                  load_hf_parts)
-from .limits import prompts_without_mask, token_id
+from .limits import prompts_without_mask, split_prompt_heads, token_id
 from .target import Session, Target
 
 # ------------------------------------------------------------------------------------------ LLaDA and Dream
@@ -201,19 +201,12 @@ class AlignedBlockSession(_LeftPadded):
 
     def __init__(self, target: HFTarget, prompts, max_new_tokens: int, block_size: int, *, backend: str = "auto"):
         B = block_size
-        whole = [p[:len(p) // B * B] for p in prompts]
+        whole, heads = split_prompt_heads(prompts, B, target.eos_id)
         super().__init__(target, whole, max_new_tokens, block_size, backend=backend)
-        self.prompt_head = [len(p) % B for p in prompts]
-        eos = target.eos_id
-        if eos is not None and any(eos in p[len(w):] for p, w in zip(prompts, whole)):
-            # the decoder would read it as the answer's end-of-sequence token and close the row
-            raise ValueError(f"prompts: a prompt's last len % {B} tokens open the first block, and one of them is "
-                             f"the end-of-sequence id {eos}; choose a block size that leaves it in a whole prompt "
-                             "block, or build the target with eos_id=None")
+        self.prompt_head = [len(h) for h in heads]
         head = torch.full((self.batch, B), target.mask_id, dtype=torch.long)
-        for i, p in enumerate(prompts):
-            if self.prompt_head[i]:
-                head[i, :self.prompt_head[i]] = torch.as_tensor(p[len(whole[i]):], dtype=torch.long)
+        for i, h in enumerate(heads):
+            head[i, :len(h)] = torch.as_tensor(h, dtype=torch.long)
         self._head = head.to(target.device)
         self.pending = self.prompt_ids
         self.cache = target.new_cache()

@@ -21,7 +21,7 @@ KV_CACHE_LIMIT_GB = 16.0
 MIN_TEMPERATURE = 1e-6  # the smallest positive temperature `generate` accepts (below it the scaled logits overflow)
 
 __all__ = ["FLOAT32_MAX", "KV_CACHE_LIMIT_GB", "MEMORY_LIMIT_GB", "MIN_TEMPERATURE", "callable_or_none", "integer",
-           "kv_cache_limit_bytes", "limit_bytes", "memory_limit_bytes", "size", "temperature", "token_id"]
+           "kv_cache_limit_bytes", "limit_bytes", "memory_limit_bytes", "size", "split_prompt_heads", "temperature", "token_id"]
 
 
 def kv_cache_limit_bytes() -> int:
@@ -58,6 +58,23 @@ def prompts_without_mask(prompts, mask_id: int) -> None:
         if mask_id in (p.tolist() if hasattr(p, "tolist") else p):
             raise ValueError(f"prompts[{i}]: holds the mask id {mask_id}: the model would read that position as one to "
                              "fill in, not as given text")
+
+
+def split_prompt_heads(prompts, block_size: int, eos_id: int | None) -> tuple[list[list[int]], list[list[int]]]:
+    """Each prompt's whole blocks and its head, the last len % block_size tokens, which open its first block where
+    blocks sit at absolute positions (SDAR). A head holding `eos_id` is refused: the decoder would read it as the
+    answer's end and close the row."""
+    whole, heads = [], []
+    for p in prompts:
+        p = [int(t) for t in p]
+        cut = len(p) // block_size * block_size
+        if eos_id is not None and eos_id in p[cut:]:
+            raise ValueError(f"prompts: a prompt's last len % {block_size} tokens open the first block, and one of them "
+                             f"is the end-of-sequence id {eos_id}; choose a block size that leaves it in a whole prompt "
+                             "block, or build the target with eos_id=None")
+        whole.append(p[:cut])
+        heads.append(p[cut:])
+    return whole, heads
 
 
 def temperature(name: str, value) -> float:

@@ -19,6 +19,7 @@ import torch
 import spot_kernels
 
 from .limits import KV_CACHE_LIMIT_GB, MEMORY_LIMIT_GB, kv_cache_limit_bytes, memory_limit_bytes  # noqa: F401
+from .limits import split_prompt_heads
 from .model import KERNELS, Append, BlockDiffusionLM, Kernels, KVCache, TreeLayout
 
 
@@ -302,16 +303,8 @@ class ModelSession(Session):
 
     def _split_heads(self, prompts) -> list[list[int]]:
         """The prompts' whole blocks (what the prefix holds); their remaining tokens go to `heads`."""
-        B, eos, whole = self.block_size, self.target.eos_id, []
-        for p in prompts:
-            p = [int(t) for t in p]
-            cut = len(p) // B * B
-            if eos is not None and eos in p[cut:]:  # the decoder would read it as the answer's end
-                raise ValueError(f"prompts: a prompt's last len % {B} tokens open the first block, and one of them is "
-                                 f"the end-of-sequence id {eos}; choose a block size that leaves it in a whole prompt "
-                                 "block")
-            whole.append(p[:cut])
-            self.heads.append(p[cut:])
+        whole, heads = split_prompt_heads(prompts, self.block_size, self.target.eos_id)
+        self.heads += heads
         return whole
 
     @property
