@@ -159,7 +159,7 @@ def cmd_target(a) -> int:
                        n_kv_heads=a.kv_heads, d_ff=a.d_ff, pad_id=tok.pad_id, eos_id=tok.eos_id, mask_id=tok.mask_id,
                        prefix_attention=a.prefix_attention)
     cfg = TrainConfig(seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr, seed=a.seed,
-                      minutes=a.minutes, eval_every=a.eval_every, precision=a.precision)
+                      minutes=a.minutes, eval_every=a.eval_every, precision=a.precision, layout=a.layout)
     result = train(mcfg, cfg, train_tokens, heldout_tokens, out, export_dir=export)
     print(f"trained {result['step']} steps, {result['parameters']} parameters; exported to {export}")
     return 0
@@ -381,6 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--precision", choices=("bfloat16", "float32"), default="float32",
                    help="bfloat16: forward and backward under CPU autocast, weights and optimizer in float32 (about 2x "
                         "faster per step where the CPU has AVX-512 bf16)")
+    s.add_argument("--layout", choices=("stream", "padded"), default="stream",
+                   help="padded: a window's text ends at its first <|eos|> and <|eos|> fills the rest, as "
+                        "instruction tuning pads a response (the target learns to end its answer); stream: documents "
+                        "run on after <|eos|>")
     s.set_defaults(func=cmd_target)
 
     s = sub.add_parser("collect", help="record standard-decoding trajectories for training the order drafter")

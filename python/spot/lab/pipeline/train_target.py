@@ -46,6 +46,10 @@ class TrainConfig:
     # "bfloat16": forward and backward under CPU autocast (master weights, optimizer and loss in float32): about 2x
     # faster per step on a CPU with AVX-512 bf16 (measured here: 1.95 s against 4.1 s at batch 16 x 256, one thread)
     precision: str = "float32"
+    # "stream": windows of the documents as one stream (doc <|eos|> doc ...); "padded": every position after a
+    # window's first <|eos|> is <|eos|> too, as instruction tuning pads a response (LLaDA's SFT): the target learns
+    # to end its text and fill the rest of the generation with <|eos|>, which DLM samplers then commit in bulk
+    layout: str = "stream"
 
 
 def training_mask(seq_len: int, block: int, device=None, prefix_attention: str = "causal") -> torch.Tensor:
@@ -80,15 +84,20 @@ def masked_loss(model, clean, noisy, masked, weight, attn_mask):
 
 
 class TokenWindows:
-    """Deterministic random windows of a token stream: batch k depends only on (seed, k)."""
+    """Deterministic random windows of a token stream: batch k depends only on (seed, k). With `pad_after` (the
+    "padded" layout), every position after a window's first `pad_after` token becomes `pad_after`."""
 
-    def __init__(self, tokens: np.ndarray, seq_len: int, seed: int):
-        self.tokens, self.seq_len, self.seed = tokens, seq_len, seed
+    def __init__(self, tokens: np.ndarray, seq_len: int, seed: int, pad_after: int | None = None):
+        self.tokens, self.seq_len, self.seed, self.pad_after = tokens, seq_len, seed, pad_after
 
     def batch(self, index: int, size: int) -> torch.Tensor:
         gen = np.random.default_rng([self.seed, index])
         starts = gen.integers(0, len(self.tokens) - self.seq_len, size=size)
-        return torch.from_numpy(np.stack([self.tokens[s:s + self.seq_len] for s in starts]).astype(np.int64))
+        windows = torch.from_numpy(np.stack([self.tokens[s:s + self.seq_len] for s in starts]).astype(np.int64))
+        if self.pad_after is not None:
+            ended = (windows == self.pad_after).cumsum(1) > 0
+            windows = windows.masked_fill(ended, self.pad_after)
+        return windows
 
 
 @torch.no_grad()
@@ -174,7 +183,9 @@ def train(mcfg: ModelConfig, cfg: TrainConfig, train_tokens: np.ndarray, heldout
     if (out_dir / "checkpoint.safetensors").is_file():
         step, log = _load_checkpoint(out_dir, model, opt)
     unigram_top = int(np.bincount(train_tokens[: 5_000_000], minlength=mcfg.vocab_size).argmax())
-    windows = TokenWindows(train_tokens, cfg.seq_len, cfg.seed)
+    if cfg.layout not in ("stream", "padded"):
+        raise ValueError(f"layout must be 'stream' or 'padded', got {cfg.layout!r}")
+    windows = TokenWindows(train_tokens, cfg.seq_len, cfg.seed, mcfg.eos_id if cfg.layout == "padded" else None)
     masks = {bs: training_mask(cfg.seq_len, bs, prefix_attention=mcfg.prefix_attention) for bs in cfg.block_sizes}
     model.train()
     t0 = time.time()
