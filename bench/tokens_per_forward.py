@@ -7,7 +7,9 @@ Usage: python bench/tokens_per_forward.py [--target sdar] [--rules threshold:0.9
 
 A block decode commits every position of its blocks, so on a target whose blocks sit at absolute positions (a
 prompt's last len % B tokens open its first block) it commits the blocks' positions after the prompt, not only the
-max_new_tokens it returns: committed positions are counted, over the passes they took."""
+max_new_tokens it returns: committed positions are counted, over the passes they took. A target trained to end
+its answer (`spot build target --layout padded`) fills the rest with <|eos|>, which rules commit in bulk, as LLaDA's
+and SDAR's do on GSM8K; each cell also says what share of the returned tokens comes before the first <|eos|>."""
 import argparse
 import json
 from collections import defaultdict
@@ -32,6 +34,7 @@ def main(argv=None):
     ap.add_argument("--sources", default="math,code")
     a = ap.parse_args(argv)
     target = spot.load_target(a.target)
+    eos = target.tokenizer.eos_id
     by_source = defaultdict(list)
     for item in json.loads(PROMPTS_FILE.read_text()):  # the shipped held-out prompts, with their sources
         by_source[item["source"]].append(target.tokenizer.encode(item["text"]))
@@ -41,13 +44,17 @@ def main(argv=None):
             cells = []
             for source in a.sources.split(","):
                 prompts = by_source[source][:a.num_prompts]
-                positions = passes = 0
+                positions = passes = text = 0
                 for p in prompts:
                     out = spot.generate(target, [p], "standard", max_new_tokens=a.max_new_tokens, block_size=B,
                                         temperature=0.0, rule=rule, eos_id=None)
                     positions += committed(target, p, a.max_new_tokens, B)
                     passes += out.stats.target_passes
-                cells.append(f"{source} {positions / passes:.2f} ({positions} positions / {passes} passes)")
+                    row = out.tokens[0]
+                    text += row.index(eos) if eos in row else len(row)
+                share = text / (len(prompts) * a.max_new_tokens)
+                cells.append(f"{source} {positions / passes:.2f} ({positions} positions / {passes} passes, "
+                             f"{share:.0%} before <|eos|>)")
             print(f"{rule}, B {B}: " + "; ".join(cells), flush=True)
 
 

@@ -21,7 +21,8 @@ KV_CACHE_LIMIT_GB = 16.0
 MIN_TEMPERATURE = 1e-6  # the smallest positive temperature `generate` accepts (below it the scaled logits overflow)
 
 __all__ = ["FLOAT32_MAX", "KV_CACHE_LIMIT_GB", "MEMORY_LIMIT_GB", "MIN_TEMPERATURE", "callable_or_none", "integer",
-           "kv_cache_limit_bytes", "limit_bytes", "memory_limit_bytes", "size", "split_prompt_heads", "temperature", "token_id"]
+           "kv_cache_limit_bytes", "limit_bytes", "memory_limit_bytes", "size", "split_prompt_heads", "temperature",
+           "token_id"]
 
 
 def kv_cache_limit_bytes() -> int:
@@ -69,9 +70,9 @@ def split_prompt_heads(prompts, block_size: int, eos_id: int | None) -> tuple[li
         p = [int(t) for t in p]
         cut = len(p) // block_size * block_size
         if eos_id is not None and eos_id in p[cut:]:
-            raise ValueError(f"prompts: a prompt's last len % {block_size} tokens open the first block, and one of them "
-                             f"is the end-of-sequence id {eos_id}; choose a block size that leaves it in a whole prompt "
-                             "block, or build the target with eos_id=None")
+            raise ValueError(f"prompts: a prompt's last len % {block_size} tokens open the first block, and one of "
+                             f"them is the end-of-sequence id {eos_id}; choose a block size that leaves it in a whole "
+                             "prompt block, or build the target with eos_id=None")
         whole.append(p[:cut])
         heads.append(p[cut:])
     return whole, heads
