@@ -188,7 +188,7 @@ def generate(target: Target, prompts, method: str = "standard", *, max_new_token
             slots.over = [a or o for a, o in zip(slots.over, over)]
             if all(slots.over):
                 break
-            slots.new_blocks(list(range(len(slots))), session.initial_block(block_size))
+            slots.new_blocks(list(range(len(slots))))  # every row starts a later block: no prompt head in it
             # a row that is over rides along, its block complete, until the last row is over
             riding = torch.tensor(slots.over, device=dev)
             slots.block = torch.where(riding[:, None], eos_id if eos_id is not None else target.mask_id,

@@ -87,6 +87,9 @@ def test_every_method_returns_standards_tokens(rule, temperature):
         assert out.tokens == standard.tokens, method
     streamed = spot.generate(target, PROMPTS, "confidence", budget=8, batching=Batching(max_batch=2), **kw)
     assert streamed.tokens == standard.tokens
+    for method in ("standard", "confidence"):  # lock-step: rows start their later blocks together, without heads
+        lock = spot.generate(target, PROMPTS, method, budget=8, batching=Batching(lockstep=True), **kw)
+        assert lock.tokens == standard.tokens, method
     for i, p in enumerate(PROMPTS):  # each prompt alone (its row's noise): the tokens follow the prompt
         alone = spot.generate(target, [p], "standard", rows=torch.tensor([i]), **kw)
         assert alone.tokens[0] == standard.tokens[i] and len(alone.tokens[0]) == 10
