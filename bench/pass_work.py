@@ -1,5 +1,5 @@
 """What each per-pass saving is worth, in one process: the decoder as it is against the same decoder with one saving
-undone (or all of them), on the same prompts and seeds.
+undone (or all of them), on the same prompts and seeds, on the token-causal target ("causal") and its drafter.
 
     OMP_NUM_THREADS=1 python bench/pass_work.py --num-prompts 4 --max-new-tokens 64 --budgets 2,16 \
         --json bench/results/pass-work.json
@@ -126,7 +126,8 @@ def main(argv=None) -> int:
     if a.json:
         check_writable(a.json)  # before the run, not after it
     torch.manual_seed(0)
-    target, drafter = spot.load_target(), spot.load_drafter()
+    # the causal target: undoing `mask` builds the dense token-causal tree mask, which SDAR's attention would extend
+    target, drafter = spot.load_target("causal"), spot.load_drafter("causal")
     old_drafter = per_node_drafter(drafter)
     prompts = [target.tokenizer.encode(t) for t in held_out_prompts(a.num_prompts)]
     report = {"settings": vars(a), "budgets": {}}

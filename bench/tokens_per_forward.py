@@ -2,7 +2,7 @@
 held-out prompts of each kind (word problems, code, docs), each prompt decoded alone. What a rule gains over one
 commit per pass on a target is this number; docs/model_card.md reports it per target.
 
-Usage: python bench/tokens_per_forward.py [--target sdar] [--rules threshold:0.9,threshold:0.7] [--block-sizes 32]
+Usage: python bench/tokens_per_forward.py [--target causal] [--rules threshold:0.9,threshold:0.7] [--block-sizes 32]
        [--num-prompts 8] [--max-new-tokens 128] [--sources math,code]
 
 A block decode commits every position of its blocks, so on a target whose blocks sit at absolute positions (a
@@ -25,7 +25,7 @@ def committed(target, prompt: list[int], max_new_tokens: int, block_size: int) -
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default="sdar")
+    ap.add_argument("--target", default="default")
     ap.add_argument("--rules", default="threshold:0.95;threshold:0.9;threshold:0.85;threshold:0.7",
                     help="commit rules separated by semicolons")
     ap.add_argument("--block-sizes", default="32")

@@ -105,6 +105,12 @@ def main():
             print(f"B {B} block_diffusion_generate({strategy}, threshold {threshold}, denoising_steps {B}) == "
                   f"standard {rule}: {same}/{len(prompts)}; its forwards {denoise} denoising + {store} store_kv, "
                   f"standard's passes {passes}; tokens per denoising forward {tokens / denoise:.2f}")
+        # SDAR's sampler at its own defaults (dynamic, threshold 0.85) is rule="family" on the exported checkpoint
+        same = sum(spot.generate(family, [p], "standard", rule="family", **kw).tokens[0]
+                   == sdar_generate(family.model, p, family.mask_id, gen, B, "low_confidence_dynamic", 0.85)[0]
+                   for p in prompts)
+        print(f"B {B} block_diffusion_generate at its defaults == standard rule='family' on the exported checkpoint: "
+              f"{same}/{len(prompts)}")
     shutil.rmtree(tmp)
 
 

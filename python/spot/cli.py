@@ -550,8 +550,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("export", help="write an embedded target as an SDAR checkpoint directory (docs/integrations.md)")
     p.add_argument("directory", help="a new or empty directory (nothing is overwritten)")
-    p.add_argument("--target", default="sdar", help="'sdar' (the shipped target with SDAR's attention; the default "
-                   "target's prefix is token-causal and does not export) or a directory holding target.safetensors")
+    p.add_argument("--target", default="default", help="'default' (the shipped target, with SDAR's attention; "
+                   "'causal' and 'target2' have a token-causal prefix and do not export) or a directory holding "
+                   "target.safetensors")
     p.set_defaults(func=cmd_export)
     sub.add_parser("build", add_help=False, help="the offline pipeline: `spot build --help`")
     return parser

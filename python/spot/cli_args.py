@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from .loading import DTYPES, load_target
+from .loading import DTYPES, SHIPPED_TARGETS, load_target
 
 
 class Parser(argparse.ArgumentParser):
@@ -72,7 +72,7 @@ def target_from_args(a):
     from .hf import is_hf_directory
     check_device(a.device)
     given = [name for name in HF_FLAGS if getattr(a, name, None) not in (None, False)]
-    if a.target in ("default", "target2", "sdar", "random") or not is_hf_directory(a.target):
+    if a.target in (*SHIPPED_TARGETS, "random") or not is_hf_directory(a.target):
         if given:
             flag = "--" + given[0].replace("_", "-")
             raise SystemExit(f"{flag}: applies to Hugging Face checkpoint directories only, not --target {a.target}")

@@ -94,8 +94,9 @@ def export_sdar(model: BlockDiffusionLM, tokenizer, directory) -> Path:
     """Write `model` and `tokenizer` (spot.tokenizer.Tokenizer) to `directory` as an SDAR checkpoint (module
     docstring). The files are written into a temporary directory beside it and moved into place whole."""
     if model.cfg.prefix_attention != "block":
-        raise ValueError("export: this model was trained with token-causal prefix attention (the first embedded "
-                         "target); SDAR's code computes a block-causal prefix and would decode other tokens from it")
+        raise ValueError("export: this model was trained with token-causal prefix attention (the shipped 'causal' and "
+                         "'target2' targets); SDAR's code computes a block-causal prefix and would decode other tokens "
+                         "from it")
     if tokenizer is None:
         raise ValueError("export: the target has no tokenizer; an SDAR checkpoint carries one")
     path = check_destination(directory)

@@ -22,10 +22,11 @@ from .limits import size
 from .target import ModelTarget
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
-# the targets shipped in the package, by name: "default" is the embedded target; "target2" an independently
-# trained second one (another seed and shape, the same tokenizer), the test bed for drafter transfer; "sdar" the
-# default's shape trained with SDAR's attention (block-causal prefix), which `spot export` writes as an SDAR checkpoint
-SHIPPED_TARGETS = {"default": WEIGHTS_DIR, "target2": WEIGHTS_DIR / "target2", "sdar": WEIGHTS_DIR / "sdar"}
+# the targets shipped in the package, by name: "default" is the embedded target, trained with SDAR's attention
+# (block-causal prefix), which `spot export` writes as an SDAR checkpoint; "causal" the first embedded target, of the
+# same shape with a token-causal prefix, and "target2" an independently trained one (another seed and shape, the same
+# tokenizer, token-causal), the test bed for drafter transfer
+SHIPPED_TARGETS = {"default": WEIGHTS_DIR, "causal": WEIGHTS_DIR / "causal", "target2": WEIGHTS_DIR / "target2"}
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -178,8 +179,8 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
                 config: ModelConfig | None = None, **hf_options):
     """Return a target ready for `spot.generate`.
 
-    name: "default" (the embedded trained model shipped in the package), "target2" (a second embedded model, another
-    seed and shape: docs/model_card.md), "sdar" (the default's shape trained with SDAR's attention: docs/model_card.md),
+    name: "default" (the embedded trained model shipped in the package, with SDAR's attention), "causal" (the first
+    embedded model, token-causal), "target2" (a second token-causal one, another seed and shape: docs/model_card.md),
     "random" (random weights from `seed`,
     shaped by `config`, for tests and benchmarks), a directory holding target.safetensors + target.json, or a
     Hugging Face checkpoint directory (config.json + weights + tokenizer files), which gives a `spot.HFTarget`;

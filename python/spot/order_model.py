@@ -403,13 +403,14 @@ def check_order_config(meta, path) -> OrderModelConfig:
     return cfg
 
 
-# the drafters shipped in the package, by name: "default" reads token ids (the embedded target's vocabulary only),
-# "portable" reads none (any target with blocks up to 64)
-SHIPPED_DRAFTERS = {"default": WEIGHTS_DIR, "portable": WEIGHTS_DIR / "portable"}
+# the drafters shipped in the package, by name: "default" (trained for the default target) and "causal" (for the
+# "causal" target) read token ids (the embedded targets' vocabulary only), "portable" reads none (any target with
+# blocks up to 64)
+SHIPPED_DRAFTERS = {"default": WEIGHTS_DIR, "causal": WEIGHTS_DIR / "causal", "portable": WEIGHTS_DIR / "portable"}
 
 
 def drafter_directory(name) -> Path:
-    """The folder of drafter `name`: a shipped one ("default", "portable") or a directory path."""
+    """The folder of drafter `name`: a shipped one ("default", "causal", "portable") or a directory path."""
     return SHIPPED_DRAFTERS.get(str(name), Path(name))
 
 

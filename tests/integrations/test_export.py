@@ -117,14 +117,13 @@ def test_the_command_writes_and_refuses_in_one_line(tmp_path, capsys):
         main(["export", str(tmp_path / "ckpt"), "--target", str(source)])
 
 
-@pytest.mark.skipif(not (spot.loading.SHIPPED_TARGETS["sdar"] / "target.safetensors").is_file(),
-                    reason="no sdar target shipped")
-def test_the_command_exports_the_shipped_sdar_target_and_refuses_the_token_causal_default(tmp_path, capsys):
+def test_the_command_exports_the_default_target_and_refuses_the_token_causal_ones(tmp_path, capsys):
     from spot.cli import main
 
     assert main(["export", str(tmp_path / "ckpt")]) == 0
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"]) == (256, 5)
-    with pytest.raises(SystemExit, match="token-causal"):
-        main(["export", str(tmp_path / "other"), "--target", "default"])
+    for name in ("causal", "target2"):
+        with pytest.raises(SystemExit, match="token-causal"):
+            main(["export", str(tmp_path / "other"), "--target", name])
     assert not (tmp_path / "other").exists()

@@ -19,7 +19,8 @@ def test_build_py_ships_every_package_and_data_file(tmp_path):
     assert "absent from the `packages` configuration" not in out.stdout + out.stderr
     for path in ("spot/weights/drafter.safetensors", "spot/weights/drafter.json", "spot/weights/budgets.json",
                  "spot/weights/target.safetensors", "spot/weights/portable/drafter.safetensors",
-                 "spot/weights/target2/target.safetensors", "spot/weights/sdar/target.safetensors",
+                 "spot/weights/target2/target.safetensors", "spot/weights/causal/target.safetensors",
+                 "spot/weights/causal/drafter.safetensors",
                  "spot/assets/tokenizer.json",
                  "spot/assets/heldout_prompts.json", "spot/lab/pipeline/word_problems.toml",
                  "spot_kernels/__init__.py"):

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import spot
-from spot.loading import SHIPPED_TARGETS
 from spot.model import BlockDiffusionLM
 from spot.prompts import held_out_prompts
 from spot.settings import Batching
@@ -123,14 +122,14 @@ def test_an_end_of_sequence_token_in_a_prompts_head_is_refused():
         target.start([[5, 6, 7, 8, 9, TINY.eos_id]], 8, B)
 
 
-@pytest.mark.skipif(not (SHIPPED_TARGETS["sdar"] / "target.safetensors").is_file(), reason="no sdar target shipped")
 @pytest.mark.parametrize("dtype, rule, temperature", [("float64", "threshold:0.9", 1.0), ("float32", "one", 0.0)])
-def test_the_shipped_sdar_target_decodes_exactly_in_fewer_passes(dtype, rule, temperature):
-    target = spot.load_target("sdar", dtype=dtype)
+@pytest.mark.parametrize("drafter", ["default", "portable"])
+def test_the_shipped_default_target_decodes_exactly_in_fewer_passes(dtype, rule, temperature, drafter):
+    target = spot.load_target(dtype=dtype)
     assert target.model.cfg.prefix_attention == "block" and target.aligned_blocks
     ids = [target.tokenizer.encode(t) for t in held_out_prompts(2)]
     kw = dict(max_new_tokens=32, block_size=32, temperature=temperature, seed=2, eos_id=None, rule=rule)
     ref = spot.generate(target, ids, "standard", **kw)
-    out = spot.generate(target, ids, "spot", drafter=spot.load_drafter("portable"), budget=16, **kw)
+    out = spot.generate(target, ids, "spot", drafter=spot.load_drafter(drafter), budget=16, **kw)
     assert out.tokens == ref.tokens and torch.equal(out.orders, ref.orders)
     assert out.stats.target_passes < ref.stats.target_passes

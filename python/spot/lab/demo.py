@@ -132,9 +132,12 @@ def _rule_lines(over_rules) -> list[str]:
 
 
 def _commit_order(run: Run) -> list[str]:
-    first = min(run.pass_starts)
-    return [f"2. The commit order of {run.method}'s first block at budget {run.budget}: under each position, the pass "
-            "that committed it", "   (0-9, then a-z):",
+    # where blocks sit at absolute positions (SDAR's attention) the first block opens with the prompt's last tokens:
+    # the first block whose positions were all generated shows the order
+    whole = [b for b in sorted(run.pass_starts) if -1 not in run.orders[b]]
+    first = whole[0] if whole else min(run.pass_starts)
+    return [f"2. The commit order of {run.method}'s first whole block at budget {run.budget}: under each position, the "
+            "pass that committed it", "   (0-9, then a-z):",
             format_commit_order(run.orders[first], run.pass_starts[first], f"{run.method} block {first}: ")]
 
 
