@@ -416,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default=str(CACHE / "drafter"),
                    help="where the weights go (and the checkpoints: the same command again resumes an interrupted run)")
     s.add_argument("--block-sizes", default="", help="only these block sizes (default: every shard)")
-    s.add_argument("--init", help="continue from this drafter: a directory, or 'default' / 'portable' (shipped)")
+    s.add_argument("--init", help="continue from this drafter: a directory, or 'default' / 'causal' / 'portable' "
+                   "(shipped)")
     s.add_argument("--steps", type=int, default=3000)
     s.add_argument("--batch-size", type=int, default=256)
     s.add_argument("--lr", type=float, default=2e-3)
