@@ -48,11 +48,13 @@ def main(argv=None) -> None:
     p.add_argument("--prompt", action="append", help="a prompt; repeat it for a batch (default: the README's "
                    "`def add(a, b):`)")
     p.add_argument("--rule", default="one", help="the commit rule (docs/rules.md)")
+    p.add_argument("--target", default="default", help="a shipped target's name ('causal': the token-causal prefix) "
+                   "and its drafter")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.json:
         check_writable(args.json)  # before the run, not after it
-    target, drafter = spot.load_target(), spot.load_drafter()
+    target, drafter = spot.load_target(args.target), spot.load_drafter(args.target)
     prompts = [target.tokenizer.encode(text) for text in args.prompt or ["def add(a, b):\n"]]
     report = []
     for method in args.methods.split(","):
