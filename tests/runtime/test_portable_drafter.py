@@ -79,7 +79,10 @@ def test_bench_compares_several_drafters_in_one_run(tmp_path):
     assert list(report["methods"]) == ["standard", "spot[default]", "spot[portable]"]
     assert all(r["exact_match_vs_standard"] for r in report["methods"].values())
     assert report["settings"]["assert_exact"] and report["settings"]["drafter"] == "default,portable"
-    assert report["settings"]["branch"] == {"spot[default]": 8, "spot[portable]": 8}  # their drafter.json's
+    # each drafter's own branch: its drafter.json's `tree_branch` (portable: 8; the default target's drafter names
+    # none, so spot.tree.BRANCH, 4)
+    from spot.tree import BRANCH
+    assert report["settings"]["branch"] == {"spot[default]": BRANCH, "spot[portable]": 8}
     with pytest.raises(SystemExit, match="twice"):
         main(["bench", "--num-prompts", "1", "--methods", "spot", "--drafter", "portable,portable"])
     with pytest.raises(SystemExit, match="several drafters"):
