@@ -217,7 +217,8 @@ def load_target(name: str = "default", *, dtype="float32", device="cpu", seed: i
     elif Path(name).is_dir():
         model = load_model(name)
     else:
-        raise ValueError(f"name: expected 'default', 'target2', 'sdar', 'random' or a weights directory, got {name!r}")
+        names = ", ".join(repr(n) for n in (*SHIPPED_TARGETS, "random"))
+        raise ValueError(f"name: expected one of {names} or a weights directory, got {name!r}")
     if tokenizer is not None and tokenizer.vocab_size != model.cfg.vocab_size:
         tokenizer = None  # a model of another vocabulary has no text interface
     return ModelTarget(model.to(device=device, dtype=dtype), tokenizer)

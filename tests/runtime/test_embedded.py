@@ -69,3 +69,11 @@ def test_spot_is_exact_on_the_trained_model(dtype, block_size, temperature):
     out = spot.generate(target, prompts, "spot", drafter=spot.load_drafter(), **kw)
     assert out.tokens == ref.tokens and torch.equal(out.orders, ref.orders)
     assert out.stats.target_passes < ref.stats.target_passes
+
+
+def test_an_unknown_target_name_lists_the_shipped_ones():
+    from spot.loading import SHIPPED_TARGETS
+
+    with pytest.raises(ValueError, match="weights directory") as info:
+        spot.load_target("no-such-target")
+    assert all(repr(name) in str(info.value) for name in (*SHIPPED_TARGETS, "random"))
