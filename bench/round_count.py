@@ -48,8 +48,8 @@ def main(argv=None) -> None:
     p.add_argument("--prompt", action="append", help="a prompt; repeat it for a batch (default: the README's "
                    "`def add(a, b):`)")
     p.add_argument("--rule", default="one", help="the commit rule (docs/rules.md)")
-    p.add_argument("--target", default="default", help="a shipped target's name ('causal': the token-causal prefix) "
-                   "and its drafter")
+    p.add_argument("--target", choices=("default", "causal"), default="default",
+                   help="a shipped target and the drafter shipped for it ('causal': the token-causal prefix)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     if args.json:

@@ -170,6 +170,8 @@ def _load_checkpoint(path: Path, model, opt) -> tuple[int, list]:
 def train(mcfg: ModelConfig, cfg: TrainConfig, train_tokens: np.ndarray, heldout_tokens: np.ndarray, out_dir,
           export_dir=None, progress: bool = True) -> dict:
     """Train (resuming from out_dir/checkpoint.* if present) and export weights to `export_dir`."""
+    if cfg.layout not in ("stream", "padded"):  # before the model, the optimizer or a checkpoint is touched
+        raise ValueError(f"layout must be 'stream' or 'padded', got {cfg.layout!r}")
     out_dir = Path(out_dir)
     torch.manual_seed(cfg.seed)
     model = BlockDiffusionLM(mcfg)
@@ -183,8 +185,6 @@ def train(mcfg: ModelConfig, cfg: TrainConfig, train_tokens: np.ndarray, heldout
     if (out_dir / "checkpoint.safetensors").is_file():
         step, log = _load_checkpoint(out_dir, model, opt)
     unigram_top = int(np.bincount(train_tokens[: 5_000_000], minlength=mcfg.vocab_size).argmax())
-    if cfg.layout not in ("stream", "padded"):
-        raise ValueError(f"layout must be 'stream' or 'padded', got {cfg.layout!r}")
     windows = TokenWindows(train_tokens, cfg.seq_len, cfg.seed, mcfg.eos_id if cfg.layout == "padded" else None)
     masks = {bs: training_mask(cfg.seq_len, bs, prefix_attention=mcfg.prefix_attention) for bs in cfg.block_sizes}
     model.train()
