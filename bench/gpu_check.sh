@@ -86,7 +86,7 @@ T=$(budget 20 30)
 GPU_KEY=$($PY -c "import torch; print('h100' if 'H100' in torch.cuda.get_device_name() else 'h200')" 2>/dev/null || echo h200)
 PLOT=""
 $PY -c "import matplotlib" 2>/dev/null && PLOT="--plot $OUT/projection_measured.png"
-timeout "$T" $PY -m spot project bench/results/embedded-b32-t0-budgets-1-32.json --gpu "$GPU_KEY" \
+timeout "$T" $PY -m spot project bench/results/default-b32-t0-budgets-1-32.json --gpu "$GPU_KEY" \
   --shapes qwen3-8b --measured "$OUT/gpu_bench.json" $PLOT --json "$OUT/projection.json" > "$OUT/projection.txt" 2>&1
 STATUS[projection]="exit $?"
 tail -25 "$OUT/projection.txt"
