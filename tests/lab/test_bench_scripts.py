@@ -50,7 +50,7 @@ def exactness_checks(node, path=""):
 
 
 @pytest.mark.parametrize("name", ["pass_work", "budget_curve", "batching", "online_accuracy", "backend_decode",
-                                  "round_count", "round_gpu", "tree_width", "peers_sdar"])
+                                  "round_count", "round_gpu", "tree_width", "peers_sdar", "commit_margins"])
 def test_bench_script_refuses_a_json_path_before_running(name, tmp_path, monkeypatch):
     """--json is checked before the run (a bad path does not lose a whole benchmark's results) and goes through
     the write guard every write of the project passes: a path inside the installed package is refused."""
@@ -107,3 +107,31 @@ def test_rule_step_coverage_runs(temperature):
         assert 0 <= report[name + "1"] <= report[name + "8"] <= report["tokens"] <= 1
     assert 0 <= report["probe1"] <= report["probe8"] <= report["probe_tokens"] <= 1
     assert report["top_k"] == (512 if float(temperature) > 0 else 32)  # generate's stale top-K (default_top_k)
+
+
+def test_commit_margins_runs(tmp_path):
+    """bench/commit_margins.py on a shard collected here (the default target, one prompt, B 8): the margin buckets
+    partition the held-out examples and the misses, and float64 scoring the float32 decode's states agrees with it
+    at most commits (a misaligned replay or a wrong node would not)."""
+    import spot
+    from spot.lab.pipeline.collect import collect
+
+    target = spot.load_target()
+    prompt = target.tokenizer.encode("Q: Tom has 3 apples and buys 4 more. How many apples does he have?\nA:")
+    collect(target, [prompt], tmp_path / "traj", block_sizes=(8,), temperatures=(0.0,), max_new_tokens=16,
+            progress=False)
+    out = tmp_path / "margins.json"
+    assert script("commit_margins").main(["--data", str(tmp_path / "traj"), "--block-size", "8", "--max-new-tokens",
+                                          "16", "--float64-prompts", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for depth in report["depths"].values():
+        buckets = depth["buckets"]
+        assert depth["examples"] > 0 and sum(b["examples"] for b in buckets) == depth["examples"]
+        assert abs(sum(b["share"] for b in buckets) - 1) < 1e-9
+        if depth["top1"] < 1:
+            assert abs(sum(b["share_of_misses"] for b in buckets) - 1) < 1e-9
+        assert 0 <= depth["top1"] <= depth["top4"] <= 1 and 0 <= depth["eos_share"] <= 1
+    f64 = report["float64"]
+    assert f64["blocks"] >= 2 and f64["blocks"] <= f64["commits"] <= 8 * f64["blocks"]
+    assert f64["float64_commits_another_position"] <= f64["commits"] // 4
+    assert f64["blocks_whose_replay_order_differs_from_generate"] <= f64["blocks"] // 2
