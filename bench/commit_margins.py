@@ -26,7 +26,7 @@ import torch
 
 import spot
 from spot.lab.bench import check_writable, write_json
-from spot.lab.pipeline.train_drafter import Trajectories
+from spot.lab.pipeline.train_drafter import Trajectories, topk_lowest
 from spot.order_model import drafter_directory, load_order_model
 from spot.prompts import held_out_prompts
 from spot_kernels.ops.score import score
@@ -39,19 +39,15 @@ def drafter_margins(data: Trajectories, model, depths, eos_id: int) -> dict:
     """Held-out accuracy of `model` per depth and margin bucket (see the module docstring)."""
     model.eval()
     out = {}
-    pool = data.heldout_blocks
     for d in depths:
-        k = torch.arange(max(data.B - 1 - d, 0))
-        blocks, k = pool.repeat_interleave(len(k)), k.repeat(len(pool))
-        keep = k + 1 + d < data.steps[blocks]
-        blocks, k = blocks[keep], k[keep]
+        blocks, k = data.example_index(d)
         inputs, labels = data.batch(blocks, k, torch.full((len(blocks),), d))
         with torch.no_grad():
             logits = torch.cat([model(*(None if t is None else t[s:s + 4096] for t in inputs))
                                 for s in range(0, len(labels), 4096)])
-        ranked = (logits.double() - torch.arange(data.B, dtype=torch.float64) * 1e-12).topk(4, dim=1).indices
+        ranked = topk_lowest(logits, min(4, data.B))
         hit1, hit4 = ranked[:, 0] == labels, (ranked == labels[:, None]).any(1)
-        node_conf = data.conf[blocks, k + 1 + d].double().nan_to_num(-1.0).masked_fill(~inputs[3], -1.0)
+        node_conf = data.node_confidence(blocks, k, d).double().nan_to_num(-1.0).masked_fill(~inputs[3], -1.0)
         top2 = node_conf.topk(2, dim=1).values
         margin = torch.where(top2[:, 1] > 0, top2[:, 0].log() - top2[:, 1].clamp_min(1e-300).log(), math.inf)
         eos = data.top1_ids[blocks, k + 1 + d].long().gather(1, labels[:, None]).squeeze(1) == eos_id
@@ -78,9 +74,10 @@ def _score(logits, masked):
     return score(logits, masked, 0, zeros, zeros, zeros, 0.0)
 
 
-def float64_agreement(prompts, block_size: int, max_new_tokens: int) -> dict:
-    """Teacher-forced: float32 drives one-commit decoding, float64 scores each block's states in one pass."""
-    t32, t64 = spot.load_target(dtype="float32"), spot.load_target(dtype="float64")
+def float64_agreement(t32, prompts, block_size: int, max_new_tokens: int) -> dict:
+    """Teacher-forced: float32 drives one-commit decoding (`t32`, the embedded target), float64 scores each block's
+    states in one pass."""
+    t64 = spot.load_target(dtype="float64")
     mask, eos = t32.mask_id, t32.eos_id
     commits = other = other_eos = eos_commits = blocks = replay_differs = 0
     for i, prompt in enumerate(prompts):
@@ -152,7 +149,7 @@ def main(argv=None) -> int:
                       f"{b['top1']:.3f}, top-4 {b['top4']:.3f}, {b['share_of_misses']:6.1%} of misses")
     if a.float64_prompts:
         prompts = [target.tokenizer.encode(t) for t in held_out_prompts(a.float64_prompts)]
-        f64 = report["float64"] = float64_agreement(prompts, a.block_size, a.max_new_tokens)
+        f64 = report["float64"] = float64_agreement(target, prompts, a.block_size, a.max_new_tokens)
         print(f"float64 on float32's states: {f64['float64_commits_another_position']} of {f64['commits']} commits "
               f"({f64['share']:.2%}) go to another position ({f64['of_which_eos']} of them <|eos|>); "
               f"{f64['eos_commits']} commits are <|eos|>; the float32 replay's order differs from generate's in "

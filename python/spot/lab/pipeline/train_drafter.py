@@ -170,13 +170,17 @@ class Trajectories:
 
     def examples_at_depth(self, d: int, heldout: bool = True):
         """Every (block, k) of the split at depth d."""
+        blocks, k = self.example_index(d, heldout)
+        return self.batch(blocks, k, torch.full((len(blocks),), d))
+
+    def example_index(self, d: int, heldout: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """(blocks, stale steps k) of every example of the split at depth d, in `examples_at_depth`'s order."""
         pool = self.heldout_blocks if heldout else self.train_blocks
         k = torch.arange(max(self.B - 1 - d, 0))
         blocks = pool.repeat_interleave(len(k))
         k = k.repeat(len(pool))
         keep = k + 1 + d < self.steps[blocks]  # a commit rule's block takes fewer steps
-        blocks, k = blocks[keep], k[keep]
-        return self.batch(blocks, k, torch.full((len(blocks),), d))
+        return blocks[keep], k[keep]
 
 
 def example_weights(shards: list[Trajectories]) -> torch.Tensor:
@@ -223,7 +227,7 @@ def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: 
             orderings = [model(*x)] + [f.double().nan_to_num(-math.inf).masked_fill(~x[3], -math.inf)
                                        for f in (x[1], x[5])[:len(names) - 1]]
             for i, scores in enumerate(orderings):
-                top = _topk_lowest(scores, min(4, scores.shape[1]))
+                top = topk_lowest(scores, min(4, scores.shape[1]))
                 hits[i, 0] += (top[:, :1] == y).any(1).sum()
                 hits[i, 1] += (top == y).any(1).sum()
         n = len(labels)
@@ -233,7 +237,7 @@ def evaluate(model: OrderModel, data: Trajectories, depths=(0, 1, 2, 3), chunk: 
     return out
 
 
-def _topk_lowest(scores: torch.Tensor, k: int) -> torch.Tensor:
+def topk_lowest(scores: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k largest scores, ties to the lower position (as select_children breaks them)."""
     B = scores.shape[1]
     key = scores.double() - torch.arange(B, dtype=torch.float64) * 1e-12
